@@ -1,0 +1,66 @@
+"""stream-adapter: run AI-agent tool calls from Kafka, with approvals and crash-safe commits."""
+
+from stream_adapter.approvals import (
+    ApprovalRecord,
+    ApprovalState,
+    ApprovalStore,
+    Decision,
+    parse_decision,
+)
+from stream_adapter.envelope import MAX_ENVELOPE_BYTES, Envelope, parse_envelope
+from stream_adapter.errors import (
+    AdapterError,
+    ApprovalConflict,
+    ApprovalDenied,
+    ApprovalNotFound,
+    ToolFailed,
+    ToolNotFound,
+    ToolTimeout,
+    ToolUsageError,
+    error_reply,
+    problem,
+)
+from stream_adapter.executor import Executor
+from stream_adapter.handler import handle_envelope, record_decision
+from stream_adapter.logs import configure_logging
+from stream_adapter.replies import Reply
+from stream_adapter.runners import LoopLocal, LoopRunner, Runner, RunSync, run_sync
+from stream_adapter.stores import MemoryApprovalStore, SQLiteApprovalStore
+from stream_adapter.tools import CallContext, Tool, ToolRegistry, current_call
+
+__all__ = [
+    "MAX_ENVELOPE_BYTES",
+    "AdapterError",
+    "ApprovalConflict",
+    "ApprovalDenied",
+    "ApprovalNotFound",
+    "ApprovalRecord",
+    "ApprovalState",
+    "ApprovalStore",
+    "CallContext",
+    "Decision",
+    "Envelope",
+    "Executor",
+    "LoopLocal",
+    "LoopRunner",
+    "MemoryApprovalStore",
+    "Reply",
+    "RunSync",
+    "Runner",
+    "SQLiteApprovalStore",
+    "Tool",
+    "ToolFailed",
+    "ToolNotFound",
+    "ToolRegistry",
+    "ToolTimeout",
+    "ToolUsageError",
+    "configure_logging",
+    "current_call",
+    "error_reply",
+    "handle_envelope",
+    "parse_decision",
+    "parse_envelope",
+    "problem",
+    "record_decision",
+    "run_sync",
+]

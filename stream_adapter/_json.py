@@ -1,0 +1,136 @@
+"""Strict JSON in and out: orjson on the fast path, exact checks only when a cheap test fails.
+
+orjson rejects invalid UTF-8, NaN/Infinity and nesting past 1024, but keeps the last of
+duplicate keys and turns integers beyond 64 bits into floats. Both are caught without a
+second parse in the common case: every key/value pair puts one ``:`` in the text, so when
+the colons in the raw bytes equal the parsed keys plus the colons inside parsed strings
+(and no ``\\u`` escape could hide a colon) no pair was dropped. Otherwise, or when a float
+is large enough to have been a huge integer, the stdlib parser re-checks exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import orjson
+
+__all__ = ["MAX_DEPTH", "JSONError", "check_value", "dumps", "loads"]
+
+MAX_DEPTH = 128
+"""Deepest nesting accepted in envelopes, decisions and results (orjson encodes up to 254)."""
+
+_INT_MIN = -(1 << 63)
+_INT_MAX = (1 << 64) - 1
+_BIG_FLOAT = float(1 << 63)
+
+
+class JSONError(ValueError):
+    """The value is not the strict JSON this project accepts; the text is safe to show."""
+
+
+def _scan(value: Any, depth: int) -> tuple[int, int, bool]:
+    """Validate a decoded JSON value; return (keys, colons in strings, has a huge float)."""
+    if depth > MAX_DEPTH:
+        raise JSONError(f"nesting deeper than {MAX_DEPTH}")
+    tp = type(value)
+    if tp is str:
+        return 0, value.count(":"), False
+    if tp is dict:
+        keys, colons, huge = len(value), 0, False
+        for k, v in value.items():
+            if type(k) is not str:
+                raise JSONError("object keys must be strings")
+            colons += k.count(":")
+            if type(v) is str:
+                colons += v.count(":")
+            elif not (v is None or type(v) is bool or type(v) is int):
+                k2, c2, h2 = _scan(v, depth + 1)
+                keys, colons, huge = keys + k2, colons + c2, huge or h2
+            elif type(v) is int and not _INT_MIN <= v <= _INT_MAX:
+                raise JSONError("integer out of 64-bit range")
+        return keys, colons, huge
+    if tp is list or tp is tuple:
+        keys, colons, huge = 0, 0, False
+        for v in value:
+            k2, c2, h2 = _scan(v, depth + 1)
+            keys, colons, huge = keys + k2, colons + c2, huge or h2
+        return keys, colons, huge
+    if tp is int:
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise JSONError("integer out of 64-bit range")
+        return 0, 0, False
+    if tp is float:
+        if not math.isfinite(value):
+            raise JSONError("NaN and Infinity are not JSON")
+        return 0, 0, abs(value) >= _BIG_FLOAT
+    if value is None or tp is bool:
+        return 0, 0, False
+    raise JSONError(f"{tp.__name__} is not a JSON type")
+
+
+def check_value(value: Any) -> None:
+    """Raise JSONError unless value is plain JSON (dict/list/str/int/finite float/bool/None)."""
+    try:
+        _scan(value, 0)
+    except RecursionError:
+        raise JSONError(f"nesting deeper than {MAX_DEPTH}") from None
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise JSONError("duplicate object key")
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise JSONError("NaN and Infinity are not JSON")
+
+
+def _exact_int(text: str) -> int:
+    value = int(text)
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise JSONError("integer out of 64-bit range")
+    return value
+
+
+def loads(data: bytes | str, max_bytes: int) -> Any:
+    """Decode strict JSON of at most max_bytes; JSONError on anything else."""
+    if isinstance(data, str):
+        if len(data) > max_bytes:
+            raise JSONError(f"payload larger than {max_bytes} bytes")
+        try:
+            data = data.encode("utf-8")
+        except UnicodeEncodeError:
+            raise JSONError("payload is not valid UTF-8") from None
+    if len(data) > max_bytes:
+        raise JSONError(f"payload larger than {max_bytes} bytes")
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise JSONError("payload is not valid JSON") from None
+    keys, colons, huge = _scan(value, 0)
+    if huge or b"\\u" in data or data.count(b":") != keys + colons:
+        try:
+            json.loads(
+                data,
+                object_pairs_hook=_no_duplicates,
+                parse_constant=_reject_constant,
+                parse_int=_exact_int,
+            )
+        except JSONError:
+            raise
+        except (ValueError, RecursionError):
+            raise JSONError("payload is not valid JSON") from None
+    return value
+
+
+def dumps(value: Any) -> bytes:
+    """Encode plain JSON (checked first, so NaN never becomes null); JSONError otherwise."""
+    check_value(value)
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        raise JSONError("value is not JSON-safe") from None

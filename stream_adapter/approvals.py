@@ -1,0 +1,257 @@
+"""Approval records, decisions and their pure state transitions (SPEC §7).
+
+``pending → approved → running → done`` or ``pending → denied``. The functions here do no
+I/O, so the approval stores and the Kafka table apply exactly the same rules.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from stream_adapter._json import JSONError, loads
+from stream_adapter.envelope import Envelope
+from stream_adapter.errors import ApprovalConflict, ApprovalDenied, ToolUsageError
+from stream_adapter.ids import approval_id_for
+from stream_adapter.replies import Reply, already_done_reply, pending_reply
+
+__all__ = [
+    "MAX_DECISION_BYTES",
+    "ApprovalRecord",
+    "ApprovalState",
+    "ApprovalStore",
+    "Decision",
+    "Step",
+    "apply_decision",
+    "begin_run",
+    "denial",
+    "finish",
+    "new_record",
+    "next_step",
+    "parse_decision",
+    "settled_reply",
+    "utc_now",
+]
+
+MAX_DECISION_BYTES = 64 * 1024
+
+
+class ApprovalState(StrEnum):
+    """Where an approval is in its life."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    RUNNING = "running"
+    DONE = "done"
+
+
+def utc_now() -> str:
+    """The current time as an ISO 8601 UTC string, the form records store."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class ApprovalRecord(BaseModel):
+    """One parked call and what became of it; the value in `tool-approvals`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    approval_id: str
+    tool: str
+    arguments: dict[str, Any]
+    run_id: str
+    call_id: str
+    source: str = ""
+    message_id: str = ""
+    origin: str
+    state: ApprovalState = ApprovalState.PENDING
+    requested_at: str
+    reviewer: str | None = None
+    decided_at: str | None = None
+    reason: str | None = None
+    reply: dict[str, Any] | None = None
+
+    def to_bytes(self) -> bytes:
+        """JSON bytes for a table, a changelog or a database row."""
+        return self.model_dump_json(exclude_none=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes | str) -> ApprovalRecord:
+        """Parse bytes written by to_bytes; ToolUsageError when they are not a record."""
+        try:
+            return cls.model_validate_json(data)
+        except ValidationError:
+            raise ToolUsageError("not an approval record") from None
+
+
+class Decision(BaseModel):
+    """A reviewer's verdict, the value on `approval-decisions`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    approval_id: str = Field(min_length=1, max_length=256)
+    approved: bool
+    reviewer: str = Field(min_length=1, max_length=256)
+    reason: str | None = Field(default=None, max_length=4096)
+    decided_at: str | None = None
+
+    @field_validator("decided_at")
+    @classmethod
+    def _iso(cls, value: str | None) -> str | None:
+        if value is not None:
+            datetime.fromisoformat(value)  # ValueError -> ValidationError
+        return value
+
+
+def parse_decision(value: bytes | str | Mapping[str, Any]) -> Decision:
+    """Strictly parse a decision; ToolUsageError on any other key, type or shape."""
+    try:
+        obj = value if isinstance(value, Mapping) else loads(value, MAX_DECISION_BYTES)
+        return Decision.model_validate(obj)
+    except (JSONError, ValidationError):
+        raise ToolUsageError("malformed decision") from None
+
+
+def new_record(
+    envelope: Envelope, tool: str, *, origin: str, now: str | None = None
+) -> ApprovalRecord:
+    """The pending record for a confirm call; its id is derived from the call's ids."""
+    return ApprovalRecord(
+        approval_id=approval_id_for(envelope.run_id, envelope.call_id),
+        tool=tool,
+        arguments=dict(envelope.arguments),
+        run_id=envelope.run_id,
+        call_id=envelope.call_id,
+        source=envelope.source,
+        message_id=envelope.message_id,
+        origin=origin,
+        requested_at=now or utc_now(),
+    )
+
+
+def apply_decision(
+    record: ApprovalRecord, decision: Decision, *, now: str | None = None
+) -> tuple[ApprovalRecord, bool]:
+    """Record the first decision on a pending record; any other state stays as it is."""
+    if decision.approval_id != record.approval_id:
+        raise ToolUsageError("decision is for another approval")
+    if record.state is not ApprovalState.PENDING:
+        return record, False
+    state = ApprovalState.APPROVED if decision.approved else ApprovalState.DENIED
+    decided = record.model_copy(
+        update={
+            "state": state,
+            "reviewer": decision.reviewer,
+            "decided_at": decision.decided_at or now or utc_now(),
+            "reason": decision.reason,
+        }
+    )
+    return decided, True
+
+
+def begin_run(record: ApprovalRecord) -> ApprovalRecord:
+    """approved → running; ApprovalConflict from any other state (the decision is used)."""
+    if record.state is not ApprovalState.APPROVED:
+        raise ApprovalConflict(
+            f"approval is {record.state}, not approved", approval_id=record.approval_id
+        )
+    return record.model_copy(update={"state": ApprovalState.RUNNING})
+
+
+def finish(record: ApprovalRecord, reply: Reply) -> ApprovalRecord:
+    """running → done, keeping the terminal reply for redelivered resumes."""
+    if record.state is not ApprovalState.RUNNING:
+        raise ApprovalConflict(
+            f"approval is {record.state}, not running", approval_id=record.approval_id
+        )
+    return record.model_copy(update={"state": ApprovalState.DONE, "reply": dict(reply)})
+
+
+class Step(StrEnum):
+    """What a resume (or a decision's follow-up) does for a record in a given state."""
+
+    WAIT = "wait"  # pending: reply pending_approval again
+    RUN = "run"  # approved: claim it and run the call once
+    DENY = "deny"  # denied: ApprovalDenied
+    DONE = "done"  # running or done: reply already_done
+
+
+_STEPS = {
+    ApprovalState.PENDING: Step.WAIT,
+    ApprovalState.APPROVED: Step.RUN,
+    ApprovalState.DENIED: Step.DENY,
+    ApprovalState.RUNNING: Step.DONE,
+    ApprovalState.DONE: Step.DONE,
+}
+
+
+def next_step(record: ApprovalRecord) -> Step:
+    """The step for record's state."""
+    return _STEPS[record.state]
+
+
+def settled_reply(record: ApprovalRecord) -> Reply:
+    """pending_approval for a pending record, already_done (with outcome) once used."""
+    step = next_step(record)
+    if step is Step.WAIT:
+        return pending_reply(record.tool, record.run_id, record.call_id, record.approval_id)
+    if step is Step.DONE:
+        outcome: Reply | Literal["unknown"] = record.reply if record.reply else "unknown"
+        return already_done_reply(
+            record.tool, record.run_id, record.call_id, record.approval_id, outcome
+        )
+    raise ValueError(f"an approval in state {record.state} has no settled reply")
+
+
+def denial(record: ApprovalRecord) -> ApprovalDenied:
+    """The ApprovalDenied error for a denied record (the reason stays out of it)."""
+    return ApprovalDenied(
+        f"approval {record.approval_id} was denied",
+        tool=record.tool,
+        run_id=record.run_id,
+        call_id=record.call_id,
+        approval_id=record.approval_id,
+    )
+
+
+@runtime_checkable
+class ApprovalStore(Protocol):
+    """Where hosts without Kafka tables park calls and keep decisions (async, atomic)."""
+
+    async def park(self, record: ApprovalRecord) -> ApprovalRecord:
+        """Insert record unless its approval_id exists; return the stored one."""
+        ...
+
+    async def get(self, approval_id: str) -> ApprovalRecord | None:
+        """The record, or None."""
+        ...
+
+    async def decide(self, approval_id: str, decision: Decision) -> ApprovalRecord:
+        """Apply a decision to a pending record; ApprovalNotFound, or ApprovalConflict."""
+        ...
+
+    async def claim(self, approval_id: str) -> tuple[ApprovalRecord, bool]:
+        """Atomically approved → running; True for exactly one caller, who runs the call."""
+        ...
+
+    async def finish(self, approval_id: str, reply: Reply) -> ApprovalRecord:
+        """running → done with the terminal reply."""
+        ...
+
+    async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:
+        """Records, optionally only those in state, oldest first."""
+        ...
+
+
+def __getattr__(name: str) -> Any:
+    """The stores live in stream_adapter.stores; importable from here too."""
+    if name in ("MemoryApprovalStore", "SQLiteApprovalStore"):
+        from stream_adapter import stores
+
+        return getattr(stores, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,123 @@
+"""The envelope on `tool-calls`: one call, or the resume of a decided approval (SPEC §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from stream_adapter._json import JSONError, check_value, loads
+from stream_adapter.errors import ToolUsageError
+from stream_adapter.ids import derive_call_id, derive_ids, derive_run_id, fresh_id
+
+__all__ = ["MAX_ENVELOPE_BYTES", "MAX_ID_CHARS", "Envelope", "parse_envelope"]
+
+MAX_ENVELOPE_BYTES = 1 << 20
+"""A larger payload is refused before it is parsed."""
+
+MAX_ID_CHARS = 256
+"""Longest tool name or id accepted (they become Kafka keys and log fields)."""
+
+_CALL_KEYS = frozenset({"tool", "arguments", "run_id", "call_id"})
+_RESUME_KEYS = frozenset({"approval_id"})
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A parsed envelope: a call (tool set) or a resume (approval_id set)."""
+
+    tool: str | None
+    arguments: Mapping[str, Any]
+    run_id: str
+    call_id: str
+    approval_id: str | None
+    message_id: str
+    source: str
+
+    @property
+    def is_resume(self) -> bool:
+        """True when this envelope resumes a decided approval."""
+        return self.approval_id is not None
+
+    def to_payload(self) -> dict[str, Any]:
+        """The envelope as JSON with its ids spelled out, so a replay is the same call."""
+        if self.approval_id is not None:
+            return {"approval_id": self.approval_id}
+        return {
+            "tool": self.tool,
+            "arguments": dict(self.arguments),
+            "run_id": self.run_id,
+            "call_id": self.call_id,
+        }
+
+
+def _name(obj: Mapping[str, Any], key: str) -> str:
+    value = obj[key]
+    if type(value) is not str or not value:
+        raise ToolUsageError(f"{key} must be a non-empty string")
+    if len(value) > MAX_ID_CHARS:
+        raise ToolUsageError(f"{key} longer than {MAX_ID_CHARS} characters")
+    return value
+
+
+def _decode(payload: bytes | bytearray | memoryview | str | Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        if isinstance(payload, bytes | str):
+            obj = loads(payload, MAX_ENVELOPE_BYTES)
+        elif isinstance(payload, bytearray | memoryview):
+            size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
+            if size > MAX_ENVELOPE_BYTES:
+                raise JSONError(f"payload larger than {MAX_ENVELOPE_BYTES} bytes")
+            obj = loads(bytes(payload), MAX_ENVELOPE_BYTES)
+        elif isinstance(payload, Mapping):
+            obj = dict(payload)
+            check_value(obj)
+        else:
+            raise ToolUsageError("envelope must be JSON bytes, str or a mapping")
+    except JSONError as exc:
+        raise ToolUsageError(f"malformed envelope: {exc}") from None
+    if type(obj) is not dict:
+        raise ToolUsageError("envelope must be a JSON object")
+    return obj
+
+
+def parse_envelope(
+    payload: bytes | str | Mapping[str, Any], *, message_id: str = "", source: str = ""
+) -> Envelope:
+    """Validate payload; a call without ids gets them from (message_id, source), else fresh.
+
+    Raises ToolUsageError for anything that is not exactly one of the two shapes.
+    """
+    obj = _decode(payload)
+    keys = obj.keys()
+    if keys == _RESUME_KEYS:
+        approval_id = _name(obj, "approval_id")
+        run_id, call_id = derive_ids(message_id, source) if message_id else _fresh_pair()
+        return Envelope(None, {}, run_id, call_id, approval_id, message_id, source)
+    if "approval_id" in keys:
+        raise ToolUsageError("a resume envelope carries only approval_id")
+    extra = keys - _CALL_KEYS
+    if extra:
+        names = ", ".join(repr(k[:40]) for k in sorted(extra)[:5])
+        raise ToolUsageError(f"envelope has unknown keys: {names}")
+    if "tool" not in keys or "arguments" not in keys:
+        raise ToolUsageError("envelope needs tool and arguments, or only approval_id")
+    tool = _name(obj, "tool")
+    arguments = obj["arguments"]
+    if type(arguments) is not dict:
+        raise ToolUsageError("arguments must be a JSON object")
+    given_run = _name(obj, "run_id") if "run_id" in obj else None
+    given_call = _name(obj, "call_id") if "call_id" in obj else None
+    if given_run is not None and given_call is not None:
+        run_id, call_id = given_run, given_call
+    elif given_run is not None:
+        run_id, call_id = given_run, derive_call_id(given_run, message_id, source)
+    elif given_call is not None:
+        run_id, call_id = derive_run_id(given_call, source), given_call
+    else:
+        run_id, call_id = derive_ids(message_id, source) if message_id else _fresh_pair()
+    return Envelope(tool, arguments, run_id, call_id, None, message_id, source)
+
+
+def _fresh_pair() -> tuple[str, str]:
+    return fresh_id("run_"), fresh_id("call_")

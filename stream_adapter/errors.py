@@ -1,0 +1,149 @@
+"""The one error hierarchy of the adapter, and its RFC 9457 problem form.
+
+::
+
+    AdapterError                 retryable? status
+    ├── ToolUsageError           no   400 (422 for bad arguments)
+    ├── ToolNotFound             no   404
+    ├── ApprovalNotFound         no   404
+    ├── ApprovalDenied           no   403
+    ├── ApprovalConflict         no   409 (a decision or transition on a settled record)
+    ├── ToolTimeout              yes  504
+    ├── ToolFailed               the tool says (500, or the tool's own status)
+    └── BrokerError              yes  503 (the broker cannot be reached, started or set up)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "AdapterError",
+    "ApprovalConflict",
+    "ApprovalDenied",
+    "ApprovalNotFound",
+    "BrokerError",
+    "ToolFailed",
+    "ToolNotFound",
+    "ToolTimeout",
+    "ToolUsageError",
+    "error_reply",
+    "problem",
+]
+
+PROBLEM_TYPE_PREFIX = "urn:stream-adapter:error:"
+
+
+class AdapterError(Exception):
+    """Base of every error the adapter reports; `kind` names it on the wire."""
+
+    kind: ClassVar[str] = "AdapterError"
+    title: ClassVar[str] = "Adapter error"
+    status: int = 500
+    retryable: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kind = cls.__name__
+
+    def __init__(
+        self,
+        detail: str = "",
+        *,
+        status: int | None = None,
+        retryable: bool | None = None,
+        tool: str | None = None,
+        run_id: str | None = None,
+        call_id: str | None = None,
+        approval_id: str | None = None,
+    ) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        if status is not None:
+            self.status = status
+        if retryable is not None:
+            self.retryable = retryable
+        self.tool = tool
+        self.run_id = run_id
+        self.call_id = call_id
+        self.approval_id = approval_id
+
+
+class ToolUsageError(AdapterError):
+    """A malformed envelope, bad arguments (422), or a record another origin owns."""
+
+    title = "Bad tool call"
+    status = 400
+
+
+class ToolNotFound(AdapterError):
+    """The tool is unknown or outside the allow-list; both read the same."""
+
+    title = "Tool not found"
+    status = 404
+
+
+class ApprovalNotFound(AdapterError):
+    """A resume or decision names an approval that does not exist."""
+
+    title = "Approval not found"
+    status = 404
+
+
+class ApprovalDenied(AdapterError):
+    """The reviewer said no."""
+
+    title = "Approval denied"
+    status = 403
+
+
+class ApprovalConflict(AdapterError):
+    """The approval is no longer in the state this step needs (first decision wins)."""
+
+    title = "Approval already decided"
+    status = 409
+
+
+class ToolTimeout(AdapterError):
+    """The tool ran past its timeout; worth retrying."""
+
+    title = "Tool timed out"
+    status = 504
+    retryable = True
+
+
+class ToolFailed(AdapterError):
+    """The tool raised; retryable when its exception type says so."""
+
+    title = "Tool failed"
+    status = 500
+    original: BaseException | None = None
+    """The tool's own exception, kept off the traceback chain so no log prints its text."""
+
+
+class BrokerError(AdapterError):
+    """The broker cannot be reached, started or set up (operations, not a call's fault)."""
+
+    title = "Broker unavailable"
+    status = 503
+    retryable = True
+
+
+def problem(exc: BaseException) -> dict[str, Any]:
+    """The RFC 9457 problem object for exc, plus `kind` and `retryable`."""
+    if not isinstance(exc, AdapterError):
+        exc = ToolFailed("internal error", retryable=False)
+    return {
+        "type": PROBLEM_TYPE_PREFIX + exc.kind,
+        "title": exc.title,
+        "status": exc.status,
+        "detail": exc.detail,
+        "kind": exc.kind,
+        "retryable": exc.retryable,
+    }
+
+
+def error_reply(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """(http_status, problem) for HTTP hosts; foreign exceptions never leak their text."""
+    body = problem(exc)
+    return int(body["status"]), body

@@ -1,0 +1,147 @@
+"""The executor: resolves a tool against the allow-lists and runs it with its limits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+from collections.abc import Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from stream_adapter import logs
+from stream_adapter._json import JSONError, check_value
+from stream_adapter.errors import AdapterError, ToolFailed, ToolNotFound, ToolTimeout
+from stream_adapter.tools import CallContext, Tool, ToolRegistry, _current
+
+if TYPE_CHECKING:
+    from stream_adapter.approvals import ApprovalStore
+
+__all__ = ["MAX_RESULT_BYTES", "Executor"]
+
+MAX_RESULT_BYTES = 1 << 20
+"""Largest encoded result a tool may return."""
+
+
+class Executor:
+    """Runs tools from a registry; `store` holds approvals for hosts without Kafka tables.
+
+    `tools` is an allow-list applied to every call; `origin` names who owns the records
+    this executor parks. Sync tools run on a private thread pool of `max_threads`.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        store: ApprovalStore | None = None,
+        *,
+        origin: str = "queue",
+        tools: Collection[str] | None = None,
+        max_threads: int = 32,
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.origin = origin
+        self.tools = frozenset(tools) if tools is not None else None
+        self._max_threads = max_threads
+        self._pool: ThreadPoolExecutor | None = None
+
+    def resolve(self, name: str, tools: Collection[str] | None = None) -> Tool:
+        """The tool called name if every allow-list admits it; ToolNotFound reads the same."""
+        allowed = (self.tools is None or name in self.tools) and (tools is None or name in tools)
+        if allowed and name in self.registry:
+            return self.registry.get(name)
+        raise ToolNotFound(f"no tool named {name[:64]!r}", tool=name)
+
+    def validate(self, tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Keyword arguments for tool, or a 422 ToolUsageError."""
+        return tool.validate(arguments)
+
+    async def run_tool(
+        self,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        *,
+        run_id: str,
+        call_id: str,
+        approval_id: str | None = None,
+    ) -> Any:
+        """Validate, run within the tool's timeout, and return a JSON-safe result.
+
+        Raises ToolUsageError (422), ToolTimeout, ToolFailed or the tool's own AdapterError.
+        """
+        kwargs = tool.validate(arguments)
+        ctx = CallContext(tool.name, run_id, call_id, approval_id)
+        if tool.context_param is not None:
+            kwargs[tool.context_param] = ctx
+        ids: dict[str, Any] = {
+            "tool": tool.name,
+            "run_id": run_id,
+            "call_id": call_id,
+            "approval_id": approval_id,
+        }
+        token = _current.set(ctx)
+        try:
+            async with asyncio.timeout(tool.timeout_s):
+                if tool.is_async:
+                    result = await tool.fn(**kwargs)
+                else:
+                    result = await self._in_thread(tool, kwargs)
+        except TimeoutError:
+            logs.event(logs.WARNING, "tool timed out", error_kind=ToolTimeout.kind, **ids)
+            raise ToolTimeout(
+                f"tool {tool.name!r} ran past its {tool.timeout_s} s timeout", **ids
+            ) from None
+        except AdapterError as exc:
+            exc.tool, exc.run_id, exc.call_id = tool.name, run_id, call_id
+            exc.approval_id = approval_id
+            raise
+        except Exception as exc:
+            retryable = isinstance(exc, tool.retry_on)
+            logs.event(logs.WARNING, "tool raised", error_kind=ToolFailed.kind, **ids)
+            logs.event(logs.DEBUG, "tool exception", exc_type=type(exc).__name__, **ids)
+            failed = ToolFailed(
+                f"tool {tool.name!r} raised {type(exc).__name__}", retryable=retryable, **ids
+            )
+            failed.original = exc  # kept off the traceback chain so no log prints its text
+            raise failed from None
+        finally:
+            _current.reset(token)
+        return _checked(result, tool, ids)
+
+    async def _in_thread(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
+        """Run a sync tool on the pool; past the timeout its result is discarded."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._max_threads, thread_name_prefix="sa-tool")
+        call = functools.partial(contextvars.copy_context().run, tool.fn, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    def close(self) -> None:
+        """Release the thread pool without waiting for tools stuck past their timeout."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def _checked(result: Any, tool: Tool, ids: dict[str, Any]) -> Any:
+    try:
+        check_value(result)
+        size = len(orjson.dumps(result)) if _maybe_large(result) else 0
+    except (JSONError, orjson.JSONEncodeError) as exc:
+        logs.event(logs.WARNING, "tool result not JSON-safe", error_kind=ToolFailed.kind, **ids)
+        raise ToolFailed(
+            f"tool {tool.name!r} returned a non-JSON-safe result: {exc}", **ids
+        ) from None
+    if size > MAX_RESULT_BYTES:
+        logs.event(logs.WARNING, "tool result too large", error_kind=ToolFailed.kind, **ids)
+        raise ToolFailed(f"tool {tool.name!r} returned more than {MAX_RESULT_BYTES} bytes", **ids)
+    return result
+
+
+def _maybe_large(result: Any) -> bool:
+    """Skip encoding for scalars and small containers; they cannot reach the cap."""
+    if isinstance(result, str):
+        return len(result) * 6 + 2 > MAX_RESULT_BYTES  # \\uXXXX escapes at worst
+    return isinstance(result, dict | list | tuple)

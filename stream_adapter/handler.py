@@ -1,0 +1,189 @@
+"""handle_envelope and record_decision: one call or resume, broker-agnostic (SPEC §5, §7)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from stream_adapter import logs
+from stream_adapter.approvals import (
+    ApprovalRecord,
+    ApprovalStore,
+    Decision,
+    Step,
+    denial,
+    new_record,
+    next_step,
+    settled_reply,
+    utc_now,
+)
+from stream_adapter.envelope import Envelope, parse_envelope
+from stream_adapter.errors import (
+    AdapterError,
+    ApprovalConflict,
+    ApprovalNotFound,
+    ToolFailed,
+    ToolUsageError,
+    error_reply,
+)
+from stream_adapter.executor import Executor
+from stream_adapter.replies import Reply, error_reply_body, ok_reply
+from stream_adapter.tools import Tool
+
+__all__ = ["handle_envelope", "record_decision"]
+
+
+async def handle_envelope(
+    executor: Executor,
+    payload: bytes | str | Mapping[str, Any],
+    *,
+    tools: Collection[str] | None = None,
+    message_id: str = "",
+    source: str = "",
+) -> Reply:
+    """Run one call (or resume one decided approval) and return an ok, pending_approval or
+    already_done reply; every other outcome raises a typed AdapterError.
+    """
+    envelope = parse_envelope(payload, message_id=message_id, source=source)
+    if envelope.approval_id is not None:
+        return await _resume(executor, envelope.approval_id, tools)
+    assert envelope.tool is not None
+    tool = executor.resolve(envelope.tool, tools)
+    if tool.confirm:
+        return await _park(executor, envelope, tool)
+    result = await executor.run_tool(
+        tool, envelope.arguments, run_id=envelope.run_id, call_id=envelope.call_id
+    )
+    return ok_reply(tool.name, envelope.run_id, envelope.call_id, result)
+
+
+def _store(executor: Executor, tool: str | None) -> ApprovalStore:
+    if executor.store is None:
+        logs.event(logs.ERROR, "approval needs a store; executor has none", tool=tool)
+        raise ToolFailed("this executor has no approval store", retryable=False, tool=tool)
+    return executor.store
+
+
+def _owned(executor: Executor, record: ApprovalRecord) -> ApprovalRecord:
+    if record.origin != executor.origin:
+        logs.event(
+            logs.WARNING,
+            "approval belongs to another origin",
+            tool=record.tool,
+            approval_id=record.approval_id,
+            origin=record.origin,
+            error_kind=ToolUsageError.kind,
+        )
+        raise ToolUsageError(
+            "this approval is resumed by its own origin", approval_id=record.approval_id
+        )
+    return record
+
+
+async def _park(executor: Executor, envelope: Envelope, tool: Tool) -> Reply:
+    """Park a confirm call once; a redelivered call answers from its existing record."""
+    store = _store(executor, tool.name)
+    tool.validate(envelope.arguments)  # a reviewer never sees a call that cannot run
+    record = await store.park(new_record(envelope, tool.name, origin=executor.origin))
+    _owned(executor, record)
+    if record.tool != tool.name or record.arguments != envelope.arguments:
+        raise ToolUsageError(
+            "run_id and call_id already name a different call", approval_id=record.approval_id
+        )
+    logs.event(
+        logs.INFO,
+        "call parked",
+        tool=tool.name,
+        run_id=record.run_id,
+        call_id=record.call_id,
+        approval_id=record.approval_id,
+        state=record.state,
+    )
+    return await _answer(executor, record, tool=tool)
+
+
+async def _resume(executor: Executor, approval_id: str, tools: Collection[str] | None) -> Reply:
+    store = _store(executor, None)
+    record = await store.get(approval_id)
+    if record is None:
+        raise ApprovalNotFound(f"no approval {approval_id[:80]!r}", approval_id=approval_id)
+    _owned(executor, record)
+    return await _answer(executor, record, tool=None, tools=tools)
+
+
+async def _answer(
+    executor: Executor,
+    record: ApprovalRecord,
+    *,
+    tool: Tool | None,
+    tools: Collection[str] | None = None,
+) -> Reply:
+    """The reply for record's state; an approved record is claimed and run at most once."""
+    step = next_step(record)
+    if step is Step.DENY:
+        raise denial(record)
+    if step is not Step.RUN:
+        return settled_reply(record)
+    tool = tool or executor.resolve(record.tool, tools)
+    store = _store(executor, tool.name)
+    record, won = await store.claim(record.approval_id)
+    if not won:
+        return await _answer(executor, record, tool=tool, tools=tools)
+    ids = {"run_id": record.run_id, "call_id": record.call_id, "approval_id": record.approval_id}
+    try:
+        result = await executor.run_tool(tool, record.arguments, **ids)
+    except AdapterError as exc:
+        exc.retryable = False  # the decision is used: this approval never runs again
+        await store.finish(record.approval_id, error_reply_body(exc, tool=tool.name, **ids))
+        raise
+    reply = ok_reply(tool.name, record.run_id, record.call_id, result, record.approval_id)
+    await store.finish(record.approval_id, reply)
+    return reply
+
+
+async def record_decision(
+    executor: Executor,
+    approval_id: str,
+    *,
+    reviewer: str,
+    approved: bool,
+    reason: str | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """Store a reviewer's decision: (200, record), (404, problem) or (409, problem).
+
+    The reviewer must come from the caller's credential, never from a request body.
+    """
+    store = _store(executor, None)
+    try:
+        decision = Decision(
+            approval_id=approval_id,
+            approved=approved,
+            reviewer=reviewer,
+            reason=reason,
+            decided_at=utc_now(),
+        )
+        record = await store.get(approval_id)
+        if record is None:
+            raise ApprovalNotFound(f"no approval {approval_id[:80]!r}", approval_id=approval_id)
+        _owned(executor, record)
+        record = await store.decide(approval_id, decision)
+    except (ApprovalNotFound, ApprovalConflict, ToolUsageError) as exc:
+        if isinstance(exc, ApprovalConflict):
+            logs.event(
+                logs.WARNING,
+                "later decision ignored",
+                approval_id=approval_id,
+                error_kind=exc.kind,
+            )
+        return error_reply(exc)
+    except ValueError:
+        return error_reply(ToolUsageError("malformed decision"))
+    logs.event(
+        logs.INFO,
+        "decision recorded",
+        tool=record.tool,
+        approval_id=approval_id,
+        state=record.state,
+        reviewer=reviewer,
+    )
+    return 200, record.model_dump(mode="json", exclude_none=True)

@@ -1,0 +1,49 @@
+"""Deterministic, source-namespaced ids: a redelivered message names the same call again."""
+
+from __future__ import annotations
+
+import uuid
+from hashlib import blake2b
+
+__all__ = ["approval_id_for", "derive_call_id", "derive_ids", "derive_run_id", "fresh_id"]
+
+_PERSON = b"stream-adapter"
+
+
+def _digest(*parts: str) -> str:
+    """Hash parts with an injective length-prefixed encoding, so ("a:b","c") != ("a","b:c")."""
+    h = blake2b(digest_size=16, person=_PERSON)
+    for part in parts:
+        data = part.encode("utf-8", "surrogatepass")
+        h.update(b"%d:" % len(data))
+        h.update(data)
+    return h.hexdigest()
+
+
+def derive_ids(message_id: str, source: str) -> tuple[str, str]:
+    """(run_id, call_id) derived from a delivery id, namespaced by its source."""
+    return "run_" + _digest("run", source, message_id), "call_" + _digest(
+        "call", source, message_id
+    )
+
+
+def derive_call_id(run_id: str, message_id: str, source: str) -> str:
+    """The call_id for an envelope that gave only run_id; fresh without a delivery id."""
+    if not message_id:
+        return fresh_id("call_")
+    return "call_" + _digest("call-of-run", source, message_id, run_id)
+
+
+def derive_run_id(call_id: str, source: str) -> str:
+    """The run_id for an envelope that gave only call_id (stable: call_id already is)."""
+    return "run_" + _digest("run-of-call", source, call_id)
+
+
+def approval_id_for(run_id: str, call_id: str) -> str:
+    """The approval id of a call, so a redelivered confirm call finds its own record."""
+    return "appr_" + _digest("approval", run_id, call_id)
+
+
+def fresh_id(prefix: str = "") -> str:
+    """A new random id (128 bits)."""
+    return prefix + uuid.uuid4().hex

@@ -1,0 +1,70 @@
+"""Reply builders (SPEC §5): every reply carries status, tool, run_id and call_id."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from stream_adapter.errors import problem
+
+__all__ = [
+    "Reply",
+    "already_done_reply",
+    "error_reply_body",
+    "ok_reply",
+    "pending_reply",
+]
+
+Reply = dict[str, Any]
+"""A JSON-safe reply: the value written to `tool-replies` and what handle_envelope returns."""
+
+
+def _base(status: str, tool: str | None, run_id: str, call_id: str) -> Reply:
+    return {"status": status, "tool": tool, "run_id": run_id, "call_id": call_id}
+
+
+def ok_reply(
+    tool: str, run_id: str, call_id: str, result: Any, approval_id: str | None = None
+) -> Reply:
+    """The call ran; result is its JSON-safe return value."""
+    reply = _base("ok", tool, run_id, call_id)
+    if approval_id is not None:
+        reply["approval_id"] = approval_id
+    reply["result"] = result
+    return reply
+
+
+def pending_reply(tool: str, run_id: str, call_id: str, approval_id: str) -> Reply:
+    """The call is parked; a reviewer's decision will resume it."""
+    reply = _base("pending_approval", tool, run_id, call_id)
+    reply["approval_id"] = approval_id
+    return reply
+
+
+def already_done_reply(
+    tool: str,
+    run_id: str,
+    call_id: str,
+    approval_id: str,
+    outcome: Reply | Literal["unknown"],
+) -> Reply:
+    """The decision was already used; outcome is the stored terminal reply or "unknown"."""
+    reply = _base("already_done", tool, run_id, call_id)
+    reply["approval_id"] = approval_id
+    reply["outcome"] = outcome
+    return reply
+
+
+def error_reply_body(
+    exc: BaseException,
+    *,
+    tool: str | None,
+    run_id: str,
+    call_id: str,
+    approval_id: str | None = None,
+) -> Reply:
+    """An error reply whose `error` is the RFC 9457 problem for exc (topology only)."""
+    reply = _base("error", tool, run_id, call_id)
+    if approval_id is not None:
+        reply["approval_id"] = approval_id
+    reply["error"] = problem(exc)
+    return reply

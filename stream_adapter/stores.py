@@ -1,0 +1,233 @@
+"""Approval stores for hosts without Kafka tables: in memory, and SQLite (one host)."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from stream_adapter.approvals import (
+    ApprovalRecord,
+    ApprovalState,
+    Decision,
+    apply_decision,
+    begin_run,
+    finish,
+)
+from stream_adapter.errors import ApprovalConflict, ApprovalNotFound
+from stream_adapter.replies import Reply
+
+__all__ = ["MemoryApprovalStore", "SQLiteApprovalStore"]
+
+T = TypeVar("T")
+
+
+def _missing(approval_id: str) -> ApprovalNotFound:
+    return ApprovalNotFound(f"no approval {approval_id[:80]!r}", approval_id=approval_id)
+
+
+def _conflict(record: ApprovalRecord) -> ApprovalConflict:
+    return ApprovalConflict(
+        f"approval is already {record.state}",
+        tool=record.tool,
+        run_id=record.run_id,
+        call_id=record.call_id,
+        approval_id=record.approval_id,
+    )
+
+
+class MemoryApprovalStore:
+    """Records in a dict behind a lock: one process, lost on exit (tests, single workers)."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, ApprovalRecord] = {}
+        self._lock = threading.Lock()
+
+    def _get(self, approval_id: str) -> ApprovalRecord:
+        record = self._records.get(approval_id)
+        if record is None:
+            raise _missing(approval_id)
+        return record
+
+    async def park(self, record: ApprovalRecord) -> ApprovalRecord:
+        """Insert record unless its approval_id exists; return the stored one."""
+        with self._lock:
+            return self._records.setdefault(record.approval_id, record)
+
+    async def get(self, approval_id: str) -> ApprovalRecord | None:
+        """The record, or None."""
+        return self._records.get(approval_id)
+
+    async def decide(self, approval_id: str, decision: Decision) -> ApprovalRecord:
+        """Apply the first decision; ApprovalNotFound, or ApprovalConflict once decided."""
+        with self._lock:
+            record, changed = apply_decision(self._get(approval_id), decision)
+            if not changed:
+                raise _conflict(record)
+            self._records[approval_id] = record
+            return record
+
+    async def claim(self, approval_id: str) -> tuple[ApprovalRecord, bool]:
+        """approved → running for exactly one caller; others get the current record."""
+        with self._lock:
+            record = self._get(approval_id)
+            if record.state is not ApprovalState.APPROVED:
+                return record, False
+            record = self._records[approval_id] = begin_run(record)
+            return record, True
+
+    async def finish(self, approval_id: str, reply: Reply) -> ApprovalRecord:
+        """running → done with the terminal reply."""
+        with self._lock:
+            record = self._records[approval_id] = finish(self._get(approval_id), reply)
+            return record
+
+    async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:
+        """Records, optionally only those in state, oldest first."""
+        with self._lock:
+            records = [r for r in self._records.values() if state is None or r.state == state]
+        return sorted(records, key=lambda r: r.requested_at)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS approvals (
+    approval_id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    requested_at TEXT NOT NULL,
+    record BLOB NOT NULL
+)
+"""
+
+
+class SQLiteApprovalStore:
+    """Records in a SQLite file: survives restarts, shared by processes on one host.
+
+    Every change is one ``BEGIN IMMEDIATE`` transaction, and the claim's UPDATE is guarded by
+    ``WHERE state = 'approved'``, so exactly one caller in any process wins it. WAL mode and a
+    busy timeout let readers and writers of several processes wait instead of failing.
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
+        self.path = str(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(
+            self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        self._db.execute(_SCHEMA)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], write: bool = True) -> T:
+        return await asyncio.to_thread(self._tx, fn, write)
+
+    def _tx(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
+        with self._lock:
+            if not write:
+                return fn(self._db)
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(self._db)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            return result
+
+    @staticmethod
+    def _load(db: sqlite3.Connection, approval_id: str) -> ApprovalRecord | None:
+        row = db.execute(
+            "SELECT record FROM approvals WHERE approval_id = ?", (approval_id,)
+        ).fetchone()
+        return None if row is None else ApprovalRecord.from_bytes(row[0])
+
+    @classmethod
+    def _require(cls, db: sqlite3.Connection, approval_id: str) -> ApprovalRecord:
+        record = cls._load(db, approval_id)
+        if record is None:
+            raise _missing(approval_id)
+        return record
+
+    @staticmethod
+    def _update(db: sqlite3.Connection, record: ApprovalRecord, expected: ApprovalState) -> bool:
+        cursor = db.execute(
+            "UPDATE approvals SET state = ?, record = ? WHERE approval_id = ? AND state = ?",
+            (record.state.value, record.to_bytes(), record.approval_id, expected.value),
+        )
+        return cursor.rowcount == 1
+
+    async def park(self, record: ApprovalRecord) -> ApprovalRecord:
+        """Insert record unless its approval_id exists; return the stored one."""
+
+        def op(db: sqlite3.Connection) -> ApprovalRecord:
+            db.execute(
+                "INSERT OR IGNORE INTO approvals VALUES (?, ?, ?, ?)",
+                (record.approval_id, record.state.value, record.requested_at, record.to_bytes()),
+            )
+            return self._require(db, record.approval_id)
+
+        return await self._run(op)
+
+    async def get(self, approval_id: str) -> ApprovalRecord | None:
+        """The record, or None."""
+        return await self._run(lambda db: self._load(db, approval_id), write=False)
+
+    async def decide(self, approval_id: str, decision: Decision) -> ApprovalRecord:
+        """Apply the first decision; ApprovalNotFound, or ApprovalConflict once decided."""
+
+        def op(db: sqlite3.Connection) -> ApprovalRecord:
+            record, changed = apply_decision(self._require(db, approval_id), decision)
+            if not changed or not self._update(db, record, ApprovalState.PENDING):
+                raise _conflict(record)
+            return record
+
+        return await self._run(op)
+
+    async def claim(self, approval_id: str) -> tuple[ApprovalRecord, bool]:
+        """approved → running for exactly one caller in any process."""
+
+        def op(db: sqlite3.Connection) -> tuple[ApprovalRecord, bool]:
+            record = self._require(db, approval_id)
+            if record.state is not ApprovalState.APPROVED:
+                return record, False
+            running = begin_run(record)
+            if not self._update(db, running, ApprovalState.APPROVED):
+                return self._require(db, approval_id), False
+            return running, True
+
+        return await self._run(op)
+
+    async def finish(self, approval_id: str, reply: Reply) -> ApprovalRecord:
+        """running → done with the terminal reply."""
+
+        def op(db: sqlite3.Connection) -> ApprovalRecord:
+            done = finish(self._require(db, approval_id), reply)
+            if not self._update(db, done, ApprovalState.RUNNING):
+                raise _conflict(self._require(db, approval_id))
+            return done
+
+        return await self._run(op)
+
+    async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:
+        """Records, optionally only those in state, oldest first."""
+
+        def op(db: sqlite3.Connection) -> builtins.list[ApprovalRecord]:
+            if state is None:
+                rows = db.execute("SELECT record FROM approvals ORDER BY requested_at")
+            else:
+                rows = db.execute(
+                    "SELECT record FROM approvals WHERE state = ? ORDER BY requested_at",
+                    (ApprovalState(state).value,),
+                )
+            return [ApprovalRecord.from_bytes(row[0]) for row in rows]
+
+        return await self._run(op, write=False)
+
+    def close(self) -> None:
+        """Close the database connection."""
+        with self._lock:
+            self._db.close()
