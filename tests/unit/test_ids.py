@@ -1,0 +1,52 @@
+"""Derived ids: deterministic, namespaced by source, injective over (source, message_id)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stream_adapter.ids import approval_id_for, derive_call_id, derive_ids, derive_run_id, fresh_id
+
+text = st.text(max_size=30)
+
+
+@given(text, text)
+def test_same_delivery_same_ids(message_id: str, source: str) -> None:
+    assert derive_ids(message_id, source) == derive_ids(message_id, source)
+    run_id, call_id = derive_ids(message_id, source)
+    assert run_id != call_id and run_id.startswith("run_") and call_id.startswith("call_")
+
+
+@given(text, text, text)
+def test_different_sources_never_collide(message_id: str, a: str, b: str) -> None:
+    if a != b:
+        ids_a, ids_b = set(derive_ids(message_id, a)), set(derive_ids(message_id, b))
+        assert not ids_a & ids_b
+
+
+@given(text, text, text, text)
+def test_distinct_pairs_never_collide(m1: str, s1: str, m2: str, s2: str) -> None:
+    if (m1, s1) != (m2, s2):
+        assert not set(derive_ids(m1, s1)) & set(derive_ids(m2, s2))
+
+
+def test_encoding_is_length_prefixed() -> None:
+    assert derive_ids("c", "a:b") != derive_ids("b:c", "a")
+    assert derive_ids("b|c", "a") != derive_ids("c", "a|b")
+    assert approval_id_for("a:b", "c") != approval_id_for("a", "b:c")
+
+
+def test_one_id_derivations() -> None:
+    assert derive_call_id("r", "m", "s") == derive_call_id("r", "m", "s")
+    assert derive_call_id("r", "m", "s") != derive_call_id("r", "m", "t")
+    assert derive_call_id("r", "", "s") != derive_call_id("r", "", "s")  # fresh without delivery id
+    assert derive_run_id("c", "s") == derive_run_id("c", "s") != derive_run_id("c", "t")
+
+
+def test_approval_ids_are_deterministic() -> None:
+    assert approval_id_for("r", "c") == approval_id_for("r", "c") != approval_id_for("r", "d")
+
+
+def test_fresh_ids_are_unique() -> None:
+    assert len({fresh_id() for _ in range(1000)}) == 1000
+    assert fresh_id("run_").startswith("run_")

@@ -1,0 +1,189 @@
+"""Approval stores: park once, first decision wins, an approved call runs exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stream_adapter import (
+    ApprovalConflict,
+    ApprovalNotFound,
+    ApprovalState,
+    Executor,
+    MemoryApprovalStore,
+    SQLiteApprovalStore,
+    ToolRegistry,
+    handle_envelope,
+    record_decision,
+)
+from stream_adapter.approvals import ApprovalStore, Decision, new_record
+from stream_adapter.envelope import parse_envelope
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ApprovalStore]:
+    if request.param == "memory":
+        yield MemoryApprovalStore()
+    else:
+        sqlite = SQLiteApprovalStore(tmp_path / "approvals.db")
+        yield sqlite
+        sqlite.close()
+
+
+def a_record(message_id: str = "m") -> Any:
+    env = parse_envelope(b'{"tool":"pay","arguments":{"n":1}}', message_id=message_id)
+    return new_record(env, "pay", origin="queue")
+
+
+async def test_protocol_is_met(store: ApprovalStore) -> None:
+    assert isinstance(store, ApprovalStore)
+
+
+async def test_park_is_insert_if_absent(store: ApprovalStore) -> None:
+    rec = a_record()
+    assert await store.park(rec) == rec
+    decided = await store.decide(rec.approval_id, Decision(
+        approval_id=rec.approval_id, approved=True, reviewer="ann"))
+    assert await store.park(rec) == decided
+    assert await store.get(rec.approval_id) == decided
+    assert await store.get("missing") is None
+
+
+async def test_decide(store: ApprovalStore) -> None:
+    rec = await store.park(a_record())
+    yes = Decision(approval_id=rec.approval_id, approved=True, reviewer="ann")
+    no = Decision(approval_id=rec.approval_id, approved=False, reviewer="bob")
+    assert (await store.decide(rec.approval_id, yes)).state is ApprovalState.APPROVED
+    with pytest.raises(ApprovalConflict):
+        await store.decide(rec.approval_id, no)
+    assert (await store.get(rec.approval_id)).reviewer == "ann"  # type: ignore[union-attr]
+    with pytest.raises(ApprovalNotFound):
+        await store.decide("missing", yes)
+
+
+async def test_claim_and_finish(store: ApprovalStore) -> None:
+    rec = await store.park(a_record())
+    assert (await store.claim(rec.approval_id)) == (rec, False)
+    await store.decide(rec.approval_id, Decision(
+        approval_id=rec.approval_id, approved=True, reviewer="ann"))
+    running, won = await store.claim(rec.approval_id)
+    assert won and running.state is ApprovalState.RUNNING
+    assert (await store.claim(rec.approval_id))[1] is False
+    done = await store.finish(rec.approval_id, {"status": "ok"})
+    assert done.state is ApprovalState.DONE and done.reply == {"status": "ok"}
+    with pytest.raises(ApprovalConflict):
+        await store.finish(rec.approval_id, {"status": "ok"})
+    with pytest.raises(ApprovalNotFound):
+        await store.claim("missing")
+
+
+async def test_list(store: ApprovalStore) -> None:
+    a, b = await store.park(a_record("1")), await store.park(a_record("2"))
+    await store.decide(b.approval_id, Decision(
+        approval_id=b.approval_id, approved=False, reviewer="r"))
+    assert {r.approval_id for r in await store.list()} == {a.approval_id, b.approval_id}
+    assert [r.approval_id for r in await store.list(ApprovalState.PENDING)] == [a.approval_id]
+
+
+def counting_executor(store: ApprovalStore, runs: list[int]) -> Executor:
+    reg = ToolRegistry()
+
+    @reg.tool(confirm=True)
+    async def pay(n: int) -> int:
+        runs.append(n)
+        await asyncio.sleep(0)  # let the other resumes pile up behind the claim
+        return n
+
+    return Executor(reg, store)
+
+
+async def approved(ex: Executor) -> str:
+    reply = await handle_envelope(ex, b'{"tool":"pay","arguments":{"n":7}}', message_id="m")
+    assert reply["status"] == "pending_approval"
+    assert (await record_decision(ex, reply["approval_id"], reviewer="ann", approved=True))[0] == 200
+    return str(reply["approval_id"])
+
+
+async def test_100_concurrent_resumes_run_once(store: ApprovalStore) -> None:
+    runs: list[int] = []
+    ex = counting_executor(store, runs)
+    approval_id = await approved(ex)
+    replies = await asyncio.gather(
+        *(handle_envelope(ex, {"approval_id": approval_id}) for _ in range(100))
+    )
+    assert runs == [7]
+    statuses = [r["status"] for r in replies]
+    assert statuses.count("ok") == 1 and statuses.count("already_done") == 99
+
+
+async def test_100_concurrent_resumes_over_two_sqlite_connections(tmp_path: Path) -> None:
+    runs: list[int] = []
+    stores = [SQLiteApprovalStore(tmp_path / "shared.db") for _ in range(2)]
+    executors = [counting_executor(s, runs) for s in stores]
+    approval_id = await approved(executors[0])
+    replies = await asyncio.gather(
+        *(handle_envelope(executors[i % 2], {"approval_id": approval_id}) for i in range(100))
+    )
+    assert runs == [7]
+    assert [r["status"] for r in replies].count("ok") == 1
+    for s in stores:
+        s.close()
+
+
+async def test_sqlite_survives_a_restart(tmp_path: Path) -> None:
+    first = SQLiteApprovalStore(tmp_path / "a.db")
+    rec = await first.park(a_record())
+    first.close()
+    second = SQLiteApprovalStore(tmp_path / "a.db")
+    assert await second.get(rec.approval_id) == rec
+    second.close()
+
+
+def test_concurrent_resumes_across_two_processes(tmp_path: Path) -> None:
+    db, counter = tmp_path / "shared.db", tmp_path / "runs.txt"
+    runs: list[int] = []
+    approval_id = asyncio.run(_approve_in(db, runs))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, str(HERE / "crossproc_worker.py"), str(db), str(counter), approval_id]
+    children = [
+        subprocess.Popen(
+            [*cmd, "50"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(2)
+    ]
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    outputs = [child.communicate("go\n", timeout=120)[0] for child in children]
+    assert all(child.returncode == 0 for child in children)
+    statuses = [s for out in outputs for s in json.loads(out.strip().splitlines()[-1])]
+    assert len(statuses) == 100
+    assert statuses.count("ok") == 1 and statuses.count("already_done") == 99
+    assert len(counter.read_text().splitlines()) == 1
+
+
+async def _approve_in(db: Path, runs: list[int]) -> str:
+    store = SQLiteApprovalStore(db)
+    try:
+        return await approved(counting_executor(store, runs))
+    finally:
+        store.close()
+
+
+def test_stores_are_importable_from_approvals() -> None:
+    from stream_adapter import approvals
+
+    get: Callable[[str], Any] = approvals.__getattr__
+    assert get("MemoryApprovalStore") is MemoryApprovalStore
+    with pytest.raises(AttributeError):
+        get("Nope")
