@@ -82,7 +82,10 @@ def _decode(payload: bytes | bytearray | memoryview | str | Mapping[str, Any]) -
 
 
 def parse_envelope(
-    payload: bytes | str | Mapping[str, Any], *, message_id: str = "", source: str = ""
+    payload: bytes | bytearray | memoryview | str | Mapping[str, Any],
+    *,
+    message_id: str = "",
+    source: str = "",
 ) -> Envelope:
     """Validate payload; a call without ids gets them from (message_id, source), else fresh.
 

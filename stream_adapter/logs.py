@@ -13,7 +13,18 @@ from typing import Any, Literal
 
 import orjson
 
-__all__ = ["DEBUG", "ERROR", "INFO", "SAFE_FIELDS", "WARNING", "configure_logging", "event", "log"]
+__all__ = [
+    "DEBUG",
+    "ERROR",
+    "INFO",
+    "SAFE_FIELDS",
+    "WARNING",
+    "JSONFormatter",
+    "TextFormatter",
+    "configure_logging",
+    "event",
+    "log",
+]
 
 DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
 

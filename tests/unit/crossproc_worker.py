@@ -32,7 +32,7 @@ async def main(db: str, counter: str, approval_id: str, n: int) -> None:
 
     async def one() -> str:
         try:
-            return (await handle_envelope(ex, {"approval_id": approval_id}))["status"]
+            return str((await handle_envelope(ex, {"approval_id": approval_id}))["status"])
         except AdapterError as exc:
             return exc.kind
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -105,7 +106,7 @@ def test_parse_decision() -> None:
         b'{"approval_id":"a","approved":true,"reviewer":"r","tool":"x"}',
         b'{"approval_id":"a","approved":true,"reviewer":"r","decided_at":"yesterday"}',
         b'{"approval_id":"a","approved":true,"approved":false,"reviewer":"r"}',
-        b'[]',
+        b"[]",
         b"\xff",
         b"",
     ],
@@ -117,7 +118,5 @@ def test_bad_decisions(value: bytes) -> None:
 
 @given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
 def test_decisions_fail_only_with_usage_errors(value: bytes) -> None:
-    try:
+    with contextlib.suppress(ToolUsageError):
         parse_decision(value)
-    except ToolUsageError:
-        pass

@@ -53,8 +53,9 @@ async def test_protocol_is_met(store: ApprovalStore) -> None:
 async def test_park_is_insert_if_absent(store: ApprovalStore) -> None:
     rec = a_record()
     assert await store.park(rec) == rec
-    decided = await store.decide(rec.approval_id, Decision(
-        approval_id=rec.approval_id, approved=True, reviewer="ann"))
+    decided = await store.decide(
+        rec.approval_id, Decision(approval_id=rec.approval_id, approved=True, reviewer="ann")
+    )
     assert await store.park(rec) == decided
     assert await store.get(rec.approval_id) == decided
     assert await store.get("missing") is None
@@ -75,8 +76,9 @@ async def test_decide(store: ApprovalStore) -> None:
 async def test_claim_and_finish(store: ApprovalStore) -> None:
     rec = await store.park(a_record())
     assert (await store.claim(rec.approval_id)) == (rec, False)
-    await store.decide(rec.approval_id, Decision(
-        approval_id=rec.approval_id, approved=True, reviewer="ann"))
+    await store.decide(
+        rec.approval_id, Decision(approval_id=rec.approval_id, approved=True, reviewer="ann")
+    )
     running, won = await store.claim(rec.approval_id)
     assert won and running.state is ApprovalState.RUNNING
     assert (await store.claim(rec.approval_id))[1] is False
@@ -90,8 +92,9 @@ async def test_claim_and_finish(store: ApprovalStore) -> None:
 
 async def test_list(store: ApprovalStore) -> None:
     a, b = await store.park(a_record("1")), await store.park(a_record("2"))
-    await store.decide(b.approval_id, Decision(
-        approval_id=b.approval_id, approved=False, reviewer="r"))
+    await store.decide(
+        b.approval_id, Decision(approval_id=b.approval_id, approved=False, reviewer="r")
+    )
     assert {r.approval_id for r in await store.list()} == {a.approval_id, b.approval_id}
     assert [r.approval_id for r in await store.list(ApprovalState.PENDING)] == [a.approval_id]
 
@@ -111,7 +114,9 @@ def counting_executor(store: ApprovalStore, runs: list[int]) -> Executor:
 async def approved(ex: Executor) -> str:
     reply = await handle_envelope(ex, b'{"tool":"pay","arguments":{"n":7}}', message_id="m")
     assert reply["status"] == "pending_approval"
-    assert (await record_decision(ex, reply["approval_id"], reviewer="ann", approved=True))[0] == 200
+    assert (await record_decision(ex, reply["approval_id"], reviewer="ann", approved=True))[
+        0
+    ] == 200
     return str(reply["approval_id"])
 
 

@@ -182,7 +182,10 @@ def test_registry() -> None:
 
     tool = reg.get("n")
     assert (tool.confirm, tool.timeout_s, tool.retry_on, tool.is_async) == (
-        True, 1.5, (OSError,), False,
+        True,
+        1.5,
+        (OSError,),
+        False,
     )
     assert reg.names() == ("n",) and "n" in reg and len(reg) == 1
     with pytest.raises(ValueError):
@@ -207,5 +210,7 @@ def test_parameter_names_may_shadow_model_attributes() -> None:
     def f(model_config: int, json: str, schema: bool) -> None: ...
 
     assert Tool("f", f).validate({"model_config": 1, "json": "j", "schema": True}) == {
-        "model_config": 1, "json": "j", "schema": True,
+        "model_config": 1,
+        "json": "j",
+        "schema": True,
     }
