@@ -1,0 +1,1 @@
+"""A local Apache Kafka broker for development and tests (no Docker needed)."""

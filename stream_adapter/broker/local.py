@@ -1,0 +1,308 @@
+"""A real single-node Apache Kafka (KRaft) run from Maven Central jars, for development and tests.
+
+The broker runs as a detached `java` process; its state lives under one home folder:
+`libs/<version>/` (the jars, shared between homes through `jars_dir`), `data/` (formatted once,
+kept between stops so topics and committed offsets survive), `logs/server.log`, `broker.pid`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from stream_adapter.errors import BrokerError
+
+KAFKA_VERSION = "4.4.0"
+DEFAULT_HOME = Path(".kafka")
+_POLL_S = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Where and how the local broker runs."""
+
+    home: Path = DEFAULT_HOME
+    port: int = 9092
+    controller_port: int | None = None
+    heap_mb: int = 768
+    jars_dir: Path | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def ctrl_port(self) -> int:
+        return self.controller_port or self.port + 1
+
+    @property
+    def libs(self) -> Path:
+        return (self.jars_dir or self.home / "libs") / KAFKA_VERSION
+
+    @property
+    def data(self) -> Path:
+        return self.home / "data"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.home / "broker.pid"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatus:
+    """What `kafka status` reports."""
+
+    running: bool
+    pid: int | None
+    bootstrap: str
+    answers: bool
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ensure_jars(config: BrokerConfig) -> Path:
+    """Fetch the broker's jars into `config.libs` with Maven on first use; return the folder."""
+    libs = config.libs
+    if (libs / ".complete").exists():
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise BrokerError("Maven (mvn) is not on PATH: it fetches the Kafka jars on first use")
+    libs.mkdir(parents=True, exist_ok=True)
+    pom = resources.files("stream_adapter.broker") / "pom.xml"
+    with resources.as_file(pom) as pom_path:
+        cmd = [
+            mvn, "-q", "-B", "-f", str(pom_path), "dependency:copy-dependencies",
+            f"-DoutputDirectory={libs.resolve()}", "-DincludeScope=runtime",
+        ]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr)[-3000:]
+        raise BrokerError(f"mvn could not fetch the Kafka {KAFKA_VERSION} jars:\n{tail}")
+    (libs / ".complete").write_text(KAFKA_VERSION)
+    return libs
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    java = shutil.which("java")
+    if java is None:
+        raise BrokerError("Java 17+ is not on PATH (nor in JAVA_HOME): Kafka needs it")
+    return java
+
+
+def _properties(config: BrokerConfig) -> str:
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{config.ctrl_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{config.port},CONTROLLER://127.0.0.1:{config.ctrl_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{config.port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(config.data.resolve()),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "8",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "8",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "false",
+        # Compaction runs soon enough that tests and demos can see it.
+        "log.cleaner.backoff.ms": "1000",
+    }
+    props.update(config.extra)
+    return "".join(f"{key}={value}\n" for key, value in props.items())
+
+
+def _read_pid(config: BrokerConfig) -> int | None:
+    try:
+        pid = int(config.pidfile.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child (exited, not yet reaped) still answers kill(0).
+    with contextlib.suppress(FileNotFoundError, OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+            return False
+    return True
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def log_tail(config: BrokerConfig, lines: int = 40) -> str:
+    """The last lines of the broker's log and console output, for error messages."""
+    out = []
+    for name in ("console.log", "server.log"):
+        path = config.logs / name
+        if path.exists():
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {path} ---\n" + "\n".join(text))
+    return "\n".join(out) or "(no log written)"
+
+
+def answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
+    """True when the broker at `bootstrap` answers a metadata request (not just a TCP connect)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    quiet = logging.getLogger("aiokafka")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # a refused connection is the expected answer here
+
+    async def probe() -> bool:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=2000)
+        try:
+            await asyncio.wait_for(admin.start(), timeout_s)
+            await asyncio.wait_for(admin.describe_cluster(), timeout_s)
+            return True
+        except Exception:
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                await admin.close()
+
+    try:
+        return asyncio.run(probe())
+    finally:
+        quiet.setLevel(level)
+
+
+def _format(config: BrokerConfig, java: str, classpath: str, props: Path) -> None:
+    if (config.data / "meta.properties").exists():
+        return
+    config.data.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        java, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone",
+        "-t", _cluster_id(), "-c", str(props),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BrokerError(f"formatting {config.data} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+
+
+def _cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def start(config: BrokerConfig, *, timeout_s: float = 90.0) -> str:
+    """Start the broker (formatting storage on first start) and wait until it answers.
+
+    Returns the bootstrap address. Idempotent: a broker already running from this home is reused.
+    """
+    if _read_pid(config) is not None:
+        if answers(config.bootstrap):
+            return config.bootstrap
+        raise BrokerError(f"a broker process from {config.home} runs but does not answer")
+    java = _java()
+    for port in (config.port, config.ctrl_port):
+        if _port_taken(port):
+            raise BrokerError(f"port {port} on 127.0.0.1 is taken: pick another with --port")
+    libs = ensure_jars(config)
+    config.logs.mkdir(parents=True, exist_ok=True)
+    props = config.home / "server.properties"
+    props.write_text(_properties(config))
+    classpath = f"{libs.resolve()}/*"
+    _format(config, java, classpath, props)
+    log4j = resources.files("stream_adapter.broker") / "log4j2.xml"
+    cmd = [
+        java, f"-Xmx{config.heap_mb}m", f"-Xms{min(config.heap_mb, 256)}m",
+        "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
+        f"-Dkafka.logs.dir={config.logs.resolve()}",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp", classpath, "kafka.Kafka", str(props.resolve()),
+    ]  # fmt: skip
+    with open(config.logs / "console.log", "ab") as console:
+        proc = subprocess.Popen(
+            cmd, stdout=console, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+    config.pidfile.write_text(str(proc.pid))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            config.pidfile.unlink(missing_ok=True)
+            raise BrokerError(
+                f"the broker exited with code {proc.returncode} during start\n{log_tail(config)}"
+            )
+        if answers(config.bootstrap, timeout_s=2.0):
+            return config.bootstrap
+        time.sleep(_POLL_S)
+    stop(config, kill=True)
+    raise BrokerError(f"the broker did not answer within {timeout_s:.0f}s\n{log_tail(config)}")
+
+
+def stop(config: BrokerConfig, *, kill: bool = False, timeout_s: float = 30.0) -> bool:
+    """Stop the broker (SIGTERM, or SIGKILL when `kill`); False when none was running."""
+    pid = _read_pid(config)
+    if pid is None:
+        config.pidfile.unlink(missing_ok=True)
+        return False
+    os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout_s
+        time.sleep(_POLL_S)
+    config.pidfile.unlink(missing_ok=True)
+    return True
+
+
+def status(config: BrokerConfig) -> BrokerStatus:
+    """Whether the broker of this home runs, and whether it answers metadata requests."""
+    pid = _read_pid(config)
+    return BrokerStatus(
+        running=pid is not None,
+        pid=pid,
+        bootstrap=config.bootstrap,
+        answers=pid is not None and answers(config.bootstrap),
+    )
+

@@ -1,0 +1,182 @@
+"""The `stream-adapter` command: a local broker, topics, the worker, and operator tools.
+
+Every setting (SPEC §12) is also a global option, generated from `Settings`, so the names are
+defined once: `stream-adapter --app-id demo --partitions 4 worker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from stream_adapter.errors import AdapterError
+from stream_adapter.settings import Settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+console = Console(stderr=False)
+err_console = Console(stderr=True)
+
+
+def _settings_options(func: F) -> F:
+    """Add one `--option` per Settings field; unset options leave the environment's value."""
+    for name, info in reversed(Settings.model_fields.items()):
+        flag = "--" + name.replace("_", "-")
+        func = click.option(
+            flag, name, default=None, show_default=False, help=info.description or f"({name})"
+        )(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@_settings_options
+@click.pass_context
+def cli(ctx: click.Context, **options: Any) -> None:
+    """Run AI-agent tool calls from Kafka."""
+    changes = {key: value for key, value in options.items() if value is not None}
+    try:
+        ctx.obj = Settings().with_changes(**changes) if changes else Settings()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def _fail(exc: AdapterError) -> None:
+    err_console.print(f"[red]error[/red] ({exc.kind}): {exc.detail}", highlight=False)
+    sys.exit(1)
+
+
+# -- kafka ------------------------------------------------------------------------------------
+
+
+@cli.group()
+def kafka() -> None:
+    """A local single-node Apache Kafka (KRaft) for development and tests."""
+
+
+def _broker_options(func: F) -> F:
+    func = click.option("--home", type=click.Path(path_type=Path), default=Path(".kafka"),
+                        show_default=True, help="Folder for jars, data and logs.")(func)  # fmt: skip
+    func = click.option("--port", type=int, default=9092, show_default=True)(func)
+    return click.option("--heap-mb", type=int, default=768, show_default=True)(func)
+
+
+@kafka.command("start")
+@_broker_options
+def kafka_start(home: Path, port: int, heap_mb: int) -> None:
+    """Start the broker (fetching jars and formatting storage on first use)."""
+    from stream_adapter.broker import local
+
+    config = local.BrokerConfig(home=home, port=port, heap_mb=heap_mb)
+    try:
+        with console.status(f"starting Kafka {local.KAFKA_VERSION} on {config.bootstrap}"):
+            bootstrap = local.start(config)
+    except AdapterError as exc:
+        _fail(exc)
+    console.print(bootstrap)
+
+
+@kafka.command("stop")
+@_broker_options
+@click.option("--kill", is_flag=True, help="SIGKILL instead of a clean stop.")
+def kafka_stop(home: Path, port: int, heap_mb: int, kill: bool) -> None:
+    """Stop the broker; its data stays for the next start."""
+    from stream_adapter.broker import local
+
+    stopped = local.stop(local.BrokerConfig(home=home, port=port, heap_mb=heap_mb), kill=kill)
+    console.print("stopped" if stopped else "not running")
+
+
+@kafka.command("status")
+@_broker_options
+def kafka_status(home: Path, port: int, heap_mb: int) -> None:
+    """Say whether the broker runs and answers; exit 1 when it does not."""
+    from stream_adapter.broker import local
+
+    state = local.status(local.BrokerConfig(home=home, port=port, heap_mb=heap_mb))
+    if state.running:
+        word = "answers" if state.answers else "does not answer"
+        console.print(f"running (pid {state.pid}) on {state.bootstrap}, {word}")
+    else:
+        console.print("not running")
+    sys.exit(0 if state.answers else 1)
+
+
+# -- topics -----------------------------------------------------------------------------------
+
+
+@cli.group()
+def topics() -> None:
+    """The topology's topics."""
+
+
+def _print_topics(states: list[Any]) -> bool:
+    table = Table("topic", "role", "partitions", "config", "state")
+    clean = True
+    for state in states:
+        drift = state.drift
+        clean = clean and not drift
+        word = "created" if state.created else ("ok" if not drift else "; ".join(drift))
+        style = "green" if not drift else "yellow"
+        table.add_row(
+            state.spec.name,
+            state.spec.role,
+            str(state.partitions if state.partitions is not None else "-"),
+            ", ".join(f"{k}={v}" for k, v in state.spec.config.items()),
+            f"[{style}]{word}[/{style}]",
+        )
+    console.print(table)
+    return clean
+
+
+@topics.command("create")
+@click.pass_obj
+def topics_create(settings: Settings) -> None:
+    """Create missing topics (idempotent); exit 2 when an existing one has drifted."""
+    from stream_adapter.stream.topics import create_topics
+
+    try:
+        states = asyncio.run(create_topics(settings))
+    except AdapterError as exc:
+        _fail(exc)
+    if not _print_topics(states):
+        sys.exit(2)
+
+
+@topics.command("describe")
+@click.pass_obj
+def topics_describe(settings: Settings) -> None:
+    """Show the topics as the broker has them; exit 2 on drift or a missing topic."""
+    from stream_adapter.stream.topics import describe_topics
+
+    try:
+        states = asyncio.run(describe_topics(settings))
+    except AdapterError as exc:
+        _fail(exc)
+    if not _print_topics(states):
+        sys.exit(2)
+
+
+# -- worker -----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.pass_obj
+def worker(settings: Settings) -> None:
+    """Run the Faust worker of the configured topology until SIGTERM or Ctrl-C."""
+    from stream_adapter.stream.worker import run_worker
+
+    try:
+        run_worker(settings)
+    except AdapterError as exc:
+        _fail(exc)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="stream-adapter")

@@ -1,0 +1,1 @@
+"""The Kafka topology layer: Faust app, agents, topics. The only place Faust is imported."""

@@ -1,0 +1,146 @@
+"""Build the Faust app of a topology: its topics, the approvals table and two agents.
+
+The agents only schedule: each event becomes a job on a KeyedScheduler (ordered per Kafka
+key, concurrent across keys, at most `max_in_flight` running) and is acked once its outputs
+are acknowledged by the broker. Faust commits the highest contiguous acked offset, so a
+commit never passes an unfinished call (SPEC §8, §9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any
+
+import faust
+
+from stream_adapter import logs
+from stream_adapter.executor import Executor
+from stream_adapter.retries import RetryPolicy
+from stream_adapter.settings import Settings
+from stream_adapter.signing import DecisionKeys
+from stream_adapter.stream.approvals import ApprovalFlow, ApprovalTable
+from stream_adapter.stream.calls import process_call
+from stream_adapter.stream.context import FlowContext
+from stream_adapter.stream.keyed import KeyedScheduler
+from stream_adapter.stream.outputs import Delivery, Outputs
+from stream_adapter.stream.topics import approval_requests_topic
+
+RAW = {"key_serializer": "raw", "value_serializer": "raw"}
+
+
+def _delivery(event: Any) -> Delivery:
+    message = event.message
+    headers = message.headers or {}
+    if not isinstance(headers, dict):
+        headers = dict(headers)
+    return Delivery(
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=message.key,
+        value=message.value if message.value is not None else b"",
+        headers=headers,
+    )
+
+
+def _order_key(delivery: Delivery) -> object:
+    """Messages with the same key run in offset order; keyless ones need no order."""
+    if delivery.key is None:
+        return (delivery.topic, delivery.partition, delivery.offset)
+    return (delivery.topic, delivery.partition, delivery.key)
+
+
+def _on_job_error(exc: BaseException) -> None:
+    # A bug, not a bad message: the event stays unacked, so it is processed again after
+    # a restart rather than lost.
+    logs.event(logs.ERROR, "job crashed", error_kind=type(exc).__name__)
+    logs.log.debug("job crash", exc_info=exc)
+
+
+def _agent(
+    scheduler_of: Callable[[], KeyedScheduler],
+    key_of: Callable[[Delivery], object],
+    process: Callable[[Delivery], Awaitable[None]],
+) -> Callable[[Any], Awaitable[None]]:
+    """An agent body: schedule each event, ack it when its job has finished."""
+
+    async def agent(stream: Any) -> None:
+        scheduler = scheduler_of()
+        async for event in stream.noack().events():
+            delivery = _delivery(event)
+
+            async def job(event: Any = event, delivery: Delivery = delivery) -> None:
+                await process(delivery)
+                await stream.ack(event)
+
+            await scheduler.submit(key_of(delivery), job)
+
+    return agent
+
+
+def build_app(
+    settings: Settings,
+    executor: Executor,
+    *,
+    tools: Collection[str] | None = None,
+    **faust_options: Any,
+) -> faust.App:
+    """The Faust app that serves executor's tools on the settings' topics."""
+    p = settings.partitions
+    app = faust.App(
+        settings.app_id,
+        broker=settings.broker,
+        store="rocksdb://",
+        datadir=str(settings.data_dir),
+        processing_guarantee=settings.processing_guarantee,
+        topic_partitions=p,
+        topic_replication_factor=settings.replication_factor,
+        web_enabled=False,
+        web_port=settings.web_port,
+        producer_acks=-1,
+        broker_commit_every=1000,
+        broker_commit_interval=0.5,
+        stream_wait_empty=True,
+        topic_disable_leader=False,
+        **faust_options,
+    )
+    calls = app.topic(settings.calls_topic, partitions=p, **RAW)
+    requests = app.topic(approval_requests_topic(settings), partitions=p, **RAW)
+    approvals_channel = app.topic(
+        settings.decisions_topic, approval_requests_topic(settings), partitions=p, **RAW
+    )
+    outputs = Outputs(
+        replies=app.topic(settings.replies_topic, partitions=p, **RAW),
+        dlq=app.topic(settings.dlq_topic, partitions=p, **RAW),
+        requests=requests,
+    )
+    table = app.Table(
+        "approvals",
+        default=None,
+        partitions=p,
+        changelog_topic=app.topic(
+            settings.approvals_topic, partitions=p, compacting=True, deleting=False,
+            internal=True, **RAW,
+        ),  # fmt: skip
+        key_type=bytes,
+        value_type=bytes,
+    )
+    ctx = FlowContext(
+        settings=settings,
+        executor=executor,
+        tools=frozenset(tools) if tools is not None else None,
+        outputs=outputs,
+        policy=RetryPolicy(attempts=settings.retry_attempts, base_s=settings.retry_backoff_s),
+        keys=DecisionKeys.parse(settings.decision_keys),
+    )
+    flow = ApprovalFlow(ctx, ApprovalTable(table), origin=f"kafka:{settings.app_id}")
+
+    def scheduler() -> KeyedScheduler:
+        return KeyedScheduler(settings.max_in_flight, _on_job_error)
+
+    async def run_call(delivery: Delivery) -> None:
+        await process_call(ctx, delivery)
+
+    app.agent(calls, name="calls")(_agent(scheduler, _order_key, run_call))
+    app.agent(approvals_channel, name="approvals")(_agent(scheduler, _order_key, flow.process))
+    return app

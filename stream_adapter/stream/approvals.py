@@ -1,0 +1,194 @@
+"""The approvals flow: park and resume requests and reviewers' decisions, on the approvals table.
+
+All three arrive keyed by approval_id on co-partitioned topics, so the worker that owns an
+approval_id's partition holds its record. Every table write is acknowledged by the broker
+before anything that depends on it: the `pending_approval` reply waits for the record, and an
+approved call starts only once its `running` mark is durable, so it runs at most once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from stream_adapter import logs
+from stream_adapter.approvals import (
+    ApprovalRecord,
+    ApprovalState,
+    Step,
+    apply_decision,
+    begin_run,
+    denial,
+    finish,
+    new_record,
+    next_step,
+    parse_decision,
+    settled_reply,
+)
+from stream_adapter.envelope import Envelope
+from stream_adapter.errors import AdapterError, ApprovalNotFound, ToolUsageError
+from stream_adapter.replies import already_done_reply, error_reply_body
+from stream_adapter.signing import SignatureError
+from stream_adapter.stream.calls import PARK, RESUME
+from stream_adapter.stream.context import FlowContext
+from stream_adapter.stream.outputs import Delivery
+
+
+class ApprovalTable:
+    """The Faust table of approval records (bytes keys and values), with durable writes."""
+
+    def __init__(self, table: Any) -> None:
+        self._table = table
+
+    def get(self, approval_id: str) -> ApprovalRecord | None:
+        raw = self._table.get(approval_id.encode())
+        return None if raw is None else ApprovalRecord.from_bytes(raw)
+
+    async def put(self, record: ApprovalRecord, partition: int) -> None:
+        """Store record and wait until its changelog entry is acknowledged by the broker."""
+        key, value = record.approval_id.encode(), record.to_bytes()
+        pending = self._table.send_changelog(partition, key, value)
+        self._table.data[key] = value
+        await pending
+
+
+class ApprovalFlow:
+    """Processes one message of the approvals channel at a time per approval_id."""
+
+    def __init__(self, ctx: FlowContext, table: ApprovalTable, origin: str) -> None:
+        self.ctx = ctx
+        self.table = table
+        self.origin = origin
+
+    async def process(self, delivery: Delivery) -> None:
+        """Bring one request or decision to its terminal, durable outcome."""
+        if delivery.topic == self.ctx.settings.decisions_topic:
+            await self._decision(delivery)
+            return
+        request = orjson.loads(delivery.value)
+        original = Delivery.from_json(request["delivery"])
+        if request["kind"] == PARK:
+            await self._park(request, original, delivery.partition)
+        elif request["kind"] == RESUME:
+            await self._resume(request, original, delivery.partition)
+
+    async def _park(self, request: dict[str, Any], original: Delivery, partition: int) -> None:
+        envelope = Envelope(
+            request["tool"], request["arguments"], request["run_id"], request["call_id"],
+            None, request["message_id"], request["source"],
+        )  # fmt: skip
+        fresh = new_record(envelope, request["tool"], origin=self.origin)
+        record = self.table.get(fresh.approval_id)
+        if record is None:
+            await self.table.put(fresh, partition)
+            logs.event(logs.INFO, "call parked", tool=fresh.tool, run_id=fresh.run_id,
+                       call_id=fresh.call_id, approval_id=fresh.approval_id)  # fmt: skip
+            record = fresh
+        await self._answer(record, original, partition)
+
+    async def _resume(self, request: dict[str, Any], original: Delivery, partition: int) -> None:
+        approval_id = request["approval_id"]
+        record = self.table.get(approval_id)
+        if record is None:
+            exc = ApprovalNotFound(f"no approval {approval_id[:64]!r}", approval_id=approval_id)
+            await self.ctx.fail(original, exc, tool=None, run_id=request["run_id"],
+                                call_id=request["call_id"], approval_id=approval_id)  # fmt: skip
+            return
+        if record.origin != self.origin:
+            exc2 = ToolUsageError("approval is owned by another origin", approval_id=approval_id)
+            await self.ctx.fail(original, exc2, tool=record.tool, run_id=record.run_id,
+                                call_id=record.call_id, approval_id=approval_id)  # fmt: skip
+            return
+        await self._answer(record, original, partition)
+
+    async def _answer(self, record: ApprovalRecord, original: Delivery, partition: int) -> None:
+        """Reply for record's state; run it if it is approved and unused."""
+        step = next_step(record)
+        if step is Step.RUN:
+            await self._run(record, partition)
+        elif step is Step.DENY:
+            body = record.reply or _denied_reply(record)
+            await self.ctx.outputs.reply(body, message_id=record.message_id)
+        else:
+            await self.ctx.outputs.reply(settled_reply(record), message_id=record.message_id)
+
+    async def _decision(self, delivery: Delivery) -> None:
+        try:
+            self.ctx.keys.verify(delivery.value, delivery.headers)
+        except SignatureError as exc:
+            logs.event(logs.WARNING, "security: decision rejected", event="bad_signature",
+                       message_id=delivery.message_id, error_kind=exc.reason)  # fmt: skip
+            error = ToolUsageError(f"decision {exc.reason}", status=401)
+            await self.ctx.outputs.dead_letter(delivery, error, attempts=1)
+            return
+        try:
+            decision = parse_decision(delivery.value)
+        except ToolUsageError as exc:
+            logs.event(logs.WARNING, "malformed decision", message_id=delivery.message_id,
+                       error_kind=exc.kind)  # fmt: skip
+            await self.ctx.outputs.dead_letter(delivery, exc, attempts=1)
+            return
+        record = self.table.get(decision.approval_id)
+        if record is None:
+            logs.event(logs.WARNING, "decision for an unknown approval",
+                       approval_id=decision.approval_id[:64], error_kind=ApprovalNotFound.kind)  # fmt: skip
+            missing = ApprovalNotFound("no such approval", approval_id=decision.approval_id)
+            await self.ctx.outputs.dead_letter(delivery, missing, attempts=1)
+            return
+        decided, changed = apply_decision(record, decision)
+        if not changed:
+            self._log_late(record, decision.approved)
+            await self.ctx.outputs.reply(_used_reply(record), message_id=record.message_id)
+            return
+        logs.event(logs.INFO, "approval decided", tool=record.tool, run_id=record.run_id,
+                   call_id=record.call_id, approval_id=record.approval_id,
+                   state=decided.state)  # fmt: skip
+        if decided.state is ApprovalState.DENIED:
+            body = _denied_reply(decided)
+            await self.table.put(decided.model_copy(update={"reply": body}), delivery.partition)
+            await self.ctx.outputs.reply(body, message_id=record.message_id)
+            return
+        await self._run(decided, delivery.partition)
+
+    async def _run(self, record: ApprovalRecord, partition: int) -> None:
+        """Run an approved call once: `running` is durable before the tool starts."""
+        running = begin_run(record)
+        await self.table.put(running, partition)
+        ids = {"run_id": record.run_id, "call_id": record.call_id,
+               "approval_id": record.approval_id}  # fmt: skip
+        try:
+            tool = self.ctx.executor.resolve(record.tool, self.ctx.tools)
+            reply, error, _ = await self.ctx.run(tool, dict(record.arguments), **ids)
+        except AdapterError as exc:
+            reply, error = error_reply_body(exc, tool=record.tool, **ids), exc
+        if error is not None:
+            logs.event(logs.WARNING, "approved call failed", tool=record.tool,
+                       error_kind=error.kind, **ids)  # fmt: skip
+        await self.table.put(finish(running, reply), partition)
+        await self.ctx.outputs.reply(reply, message_id=record.message_id)
+
+    def _log_late(self, record: ApprovalRecord, approved: bool) -> None:
+        conflicting = (record.state is ApprovalState.DENIED) == approved
+        logs.event(
+            logs.WARNING if conflicting else logs.INFO,
+            "conflicting decision ignored" if conflicting else "repeated decision ignored",
+            tool=record.tool, approval_id=record.approval_id, state=record.state,
+        )  # fmt: skip
+
+
+def _denied_reply(record: ApprovalRecord) -> dict[str, Any]:
+    return error_reply_body(
+        denial(record), tool=record.tool, run_id=record.run_id, call_id=record.call_id,
+        approval_id=record.approval_id,
+    )  # fmt: skip
+
+
+def _used_reply(record: ApprovalRecord) -> dict[str, Any]:
+    """already_done for a decision that came after the first; pending cannot occur here."""
+    if record.state is ApprovalState.DENIED:
+        outcome = record.reply or _denied_reply(record)
+        return already_done_reply(
+            record.tool, record.run_id, record.call_id, record.approval_id, outcome
+        )
+    return settled_reply(record)

@@ -1,0 +1,82 @@
+"""The calls flow: one message of `tool-calls` to its reply, or to the approvals flow.
+
+Plain calls run here (retried in place, then an error reply and a dead letter). Confirm calls
+and resumes touch the approvals table, which lives with the partition that owns their
+approval_id, so they are handed on as requests keyed by approval_id (SPEC §7).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stream_adapter.envelope import Envelope, parse_envelope
+from stream_adapter.errors import AdapterError
+from stream_adapter.ids import approval_id_for, derive_ids
+from stream_adapter.stream.context import FlowContext
+from stream_adapter.stream.outputs import Delivery
+
+PARK = "park"
+RESUME = "resume"
+
+
+def park_request(envelope: Envelope, delivery: Delivery) -> dict[str, Any]:
+    """The internal request that parks a confirm call (its arguments already validated)."""
+    return {
+        "kind": PARK,
+        "tool": envelope.tool,
+        "arguments": dict(envelope.arguments),
+        "run_id": envelope.run_id,
+        "call_id": envelope.call_id,
+        "message_id": envelope.message_id,
+        "source": envelope.source,
+        "delivery": delivery.to_json(),
+    }
+
+
+def resume_request(envelope: Envelope, delivery: Delivery) -> dict[str, Any]:
+    """The internal request that resumes a decided approval."""
+    return {
+        "kind": RESUME,
+        "approval_id": envelope.approval_id,
+        "run_id": envelope.run_id,
+        "call_id": envelope.call_id,
+        "delivery": delivery.to_json(),
+    }
+
+
+async def process_call(ctx: FlowContext, delivery: Delivery) -> None:
+    """Bring one `tool-calls` message to a terminal, durable outcome; never raises AdapterError."""
+    source = ctx.settings.source
+    try:
+        envelope = parse_envelope(delivery.value, message_id=delivery.message_id, source=source)
+    except AdapterError as exc:
+        run_id, call_id = derive_ids(delivery.message_id, source)
+        await ctx.fail(delivery, exc, tool=None, run_id=run_id, call_id=call_id)
+        return
+    if envelope.approval_id is not None:
+        await ctx.outputs.request(envelope.approval_id, resume_request(envelope, delivery))
+        return
+    name = envelope.tool or ""
+    try:
+        tool = ctx.executor.resolve(name, ctx.tools)
+        if tool.confirm:
+            ctx.executor.validate(tool, envelope.arguments)
+    except AdapterError as exc:
+        await ctx.fail(
+            delivery, exc, tool=name, run_id=envelope.run_id, call_id=envelope.call_id
+        )
+        return
+    if tool.confirm:
+        approval_id = approval_id_for(envelope.run_id, envelope.call_id)
+        await ctx.outputs.request(approval_id, park_request(envelope, delivery))
+        return
+    reply, error, attempts = await ctx.run(
+        tool, dict(envelope.arguments), run_id=envelope.run_id, call_id=envelope.call_id
+    )
+    if error is None:
+        await ctx.outputs.reply(reply, message_id=delivery.message_id)
+    else:
+        await ctx.fail(
+            delivery, error, tool=tool.name, run_id=envelope.run_id,
+            call_id=envelope.call_id, attempts=attempts,
+        )  # fmt: skip

@@ -1,0 +1,66 @@
+"""What the topology's flows share: settings, the executor, outputs and policies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stream_adapter import logs
+from stream_adapter.errors import AdapterError
+from stream_adapter.executor import Executor
+from stream_adapter.replies import Reply, error_reply_body, ok_reply
+from stream_adapter.retries import RetryPolicy, attempt
+from stream_adapter.settings import Settings
+from stream_adapter.signing import DecisionKeys
+from stream_adapter.stream.outputs import Delivery, Outputs
+from stream_adapter.tools import Tool
+
+
+@dataclass(frozen=True, slots=True)
+class FlowContext:
+    """Everything a flow needs besides the message itself."""
+
+    settings: Settings
+    executor: Executor
+    tools: frozenset[str] | None
+    outputs: Outputs
+    policy: RetryPolicy
+    keys: DecisionKeys
+
+    async def run(
+        self, tool: Tool, arguments: dict[str, object], *, run_id: str, call_id: str,
+        approval_id: str | None = None,
+    ) -> tuple[Reply, AdapterError | None, int]:  # fmt: skip
+        """Run a call with in-place retries; the terminal reply, the error if any, attempts."""
+
+        def on_retry(exc: AdapterError, tries: int) -> None:
+            logs.event(logs.INFO, "retrying call", tool=tool.name, run_id=run_id,
+                       call_id=call_id, error_kind=exc.kind, attempt=tries)  # fmt: skip
+
+        outcome = await attempt(
+            lambda: self.executor.run_tool(
+                tool, arguments, run_id=run_id, call_id=call_id, approval_id=approval_id
+            ),
+            self.policy,
+            on_retry=on_retry,
+        )
+        if outcome.error is None:
+            reply = ok_reply(tool.name, run_id, call_id, outcome.value, approval_id)
+            return reply, None, outcome.attempts
+        body = error_reply_body(
+            outcome.error, tool=tool.name, run_id=run_id, call_id=call_id, approval_id=approval_id
+        )
+        return body, outcome.error, outcome.attempts
+
+    async def fail(
+        self, delivery: Delivery, exc: AdapterError, *, tool: str | None, run_id: str,
+        call_id: str, approval_id: str | None = None, attempts: int = 1,
+    ) -> None:  # fmt: skip
+        """The terminal path of a failed message: an error reply, then a dead letter."""
+        logs.event(logs.WARNING, "call failed", tool=tool, run_id=run_id, call_id=call_id,
+                   approval_id=approval_id, error_kind=exc.kind, attempt=attempts,
+                   message_id=delivery.message_id)  # fmt: skip
+        body = error_reply_body(
+            exc, tool=tool, run_id=run_id, call_id=call_id, approval_id=approval_id
+        )
+        await self.outputs.reply(body, message_id=delivery.message_id)
+        await self.outputs.dead_letter(delivery, exc, attempts=attempts)

@@ -1,0 +1,148 @@
+"""The topology's topics: what they must be, creating them idempotently, and reporting drift."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from stream_adapter.errors import BrokerError
+from stream_adapter.settings import Settings
+
+_TOPIC_ALREADY_EXISTS = 36
+_COMPACT = {"cleanup.policy": "compact"}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """One topic as the topology needs it."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    config: dict[str, str] = field(default_factory=dict)
+    role: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicState:
+    """One topic as the broker has it, and how it differs from its spec."""
+
+    spec: TopicSpec
+    exists: bool
+    partitions: int | None
+    config: dict[str, str]
+    created: bool = False
+
+    @property
+    def drift(self) -> list[str]:
+        """Human-readable differences; empty when the topic is as specified."""
+        if not self.exists:
+            return ["missing"]
+        out = []
+        if self.partitions != self.spec.partitions:
+            out.append(f"has {self.partitions} partitions, needs {self.spec.partitions}")
+        for key, want in self.spec.config.items():
+            have = self.config.get(key)
+            if have != want:
+                out.append(f"{key}={have}, needs {want}")
+        return out
+
+
+def approval_requests_topic(settings: Settings) -> str:
+    """The internal topic that carries park and resume requests, keyed by approval_id."""
+    return f"{settings.app_id}-approval-requests"
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    """Every topic the topology reads or writes (SPEC §2), with partitions and configs."""
+    p, rf = settings.partitions, settings.replication_factor
+    return [
+        TopicSpec(settings.calls_topic, p, rf, role="calls"),
+        TopicSpec(settings.replies_topic, p, rf, role="replies"),
+        TopicSpec(settings.decisions_topic, p, rf, role="decisions"),
+        TopicSpec(settings.approvals_topic, p, rf, dict(_COMPACT), role="approvals table"),
+        TopicSpec(settings.dlq_topic, p, rf, role="dead letters"),
+        TopicSpec(approval_requests_topic(settings), p, rf, role="internal: approval requests"),
+    ]
+
+
+async def _describe(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -> list[TopicState]:
+    # All topics, not the named ones: a metadata request naming a missing topic makes a
+    # broker with auto.create.topics.enable create it, with the wrong partition count.
+    names = {s.name for s in specs}
+    metadata = {t["topic"]: t for t in await admin.describe_topics() if t["topic"] in names}
+    present = [s.name for s in specs if s.name in metadata]
+    configs: dict[str, dict[str, str]] = {name: {} for name in present}
+    if present:
+        resources = [ConfigResource(ConfigResourceType.TOPIC, name) for name in present]
+        for response in await admin.describe_configs(resources):
+            for resource in response.to_object()["resources"]:
+                configs[resource["resource_name"]] = {
+                    entry["config_names"]: entry["config_value"]
+                    for entry in resource["config_entries"]
+                }
+    states = []
+    for spec in specs:
+        meta: dict[str, Any] = metadata.get(spec.name, {})
+        exists = spec.name in configs
+        partitions = len(meta.get("partitions", [])) if exists else None
+        states.append(TopicState(spec, exists, partitions, configs.get(spec.name, {})))
+    return states
+
+
+async def describe_topics(settings: Settings) -> list[TopicState]:
+    """The broker's view of every topology topic."""
+    async with _admin(settings) as admin:
+        return await _describe(admin, topic_specs(settings))
+
+
+async def create_topics(settings: Settings) -> list[TopicState]:
+    """Create missing topics; leave existing ones alone and report their drift."""
+    specs = topic_specs(settings)
+    async with _admin(settings) as admin:
+        before = {s.spec.name: s for s in await _describe(admin, specs)}
+        missing = [s for s in specs if not before[s.name].exists]
+        created: set[str] = set()
+        if missing:
+            new = [
+                NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.config)
+                for s in missing
+            ]
+            response = (await admin.create_topics(new)).to_object()
+            for topic in response["topic_errors"]:
+                code = topic["error_code"]
+                if code == 0:
+                    created.add(topic["topic"])
+                elif code != _TOPIC_ALREADY_EXISTS:
+                    raise BrokerError(
+                        f"creating topic {topic['topic']} failed: error {code} "
+                        f"{topic.get('error_message') or ''}".rstrip()
+                    )
+        after = await _describe(admin, specs)
+    return [
+        TopicState(s.spec, s.exists, s.partitions, s.config, s.spec.name in created) for s in after
+    ]
+
+
+class _admin:
+    """An admin client as an async context manager, its errors mapped to BrokerError."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._client = AIOKafkaAdminClient(
+            bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=10_000
+        )
+
+    async def __aenter__(self) -> AIOKafkaAdminClient:
+        try:
+            await self._client.start()
+        except Exception as exc:
+            await self._client.close()
+            raise BrokerError(f"cannot reach the broker: {exc}") from exc
+        return self._client
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._client.close()

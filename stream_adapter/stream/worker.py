@@ -1,0 +1,41 @@
+"""Run a topology's Faust app as a worker process (`stream-adapter worker`)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from stream_adapter.errors import BrokerError
+from stream_adapter.settings import Settings
+
+_FAUST_LEVELS = {"debug": "debug", "info": "info", "warning": "warn", "error": "error",
+                 "critical": "crit"}  # fmt: skip
+
+
+def load_topology(settings: Settings) -> Any:
+    """Import the topology module named by the settings and return its Faust `app`."""
+    try:
+        module = importlib.import_module(settings.topology)
+    except ImportError as exc:
+        raise BrokerError(f"cannot import topology {settings.topology!r}: {exc}") from exc
+    app = getattr(module, "app", None)
+    if app is None:
+        raise BrokerError(f"topology {settings.topology!r} has no `app`")
+    return app
+
+
+def run_worker(settings: Settings) -> None:
+    """Run the worker until SIGTERM or SIGINT; in-flight calls finish before the last commit."""
+    from faust.worker import Worker
+
+    from stream_adapter.logs import configure_logging
+
+    # The topology module reads its settings from the environment: pass CLI overrides on.
+    for name, value in settings.model_dump(mode="json").items():
+        os.environ[f"STREAM_ADAPTER_{name.upper()}"] = str(value)
+    app = load_topology(settings)
+    worker = Worker(app, loglevel=_FAUST_LEVELS[settings.log_level], quiet=True,
+                    override_logging=False)  # fmt: skip
+    configure_logging(settings.log_level, settings.log_format)
+    worker.execute_from_commandline()
