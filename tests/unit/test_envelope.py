@@ -306,3 +306,15 @@ def test_envelope_is_frozen() -> None:
     assert isinstance(env, Envelope)
     with pytest.raises(AttributeError):
         env.tool = "x"  # type: ignore[misc]
+
+
+@given(arguments, st.text(max_size=8), json_values, json_values, st.booleans())
+def test_any_duplicated_key_is_refused(
+    args: dict[str, Any], key: str, first: Any, second: Any, ascii_only: bool
+) -> None:
+    """The colon-count shortcut must never miss a duplicate, escaped or not."""
+    body = json.dumps(args, ensure_ascii=ascii_only)[1:-1]
+    pair = lambda v: json.dumps(key, ensure_ascii=ascii_only) + ":" + json.dumps(v)  # noqa: E731
+    inner = ",".join(p for p in (pair(first), body, pair(second)) if p)
+    with pytest.raises(ToolUsageError):
+        parse_envelope('{"tool":"t","arguments":{' + inner + "}}")
