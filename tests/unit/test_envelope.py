@@ -314,7 +314,10 @@ def test_any_duplicated_key_is_refused(
 ) -> None:
     """The colon-count shortcut must never miss a duplicate, escaped or not."""
     body = json.dumps(args, ensure_ascii=ascii_only)[1:-1]
-    pair = lambda v: json.dumps(key, ensure_ascii=ascii_only) + ":" + json.dumps(v)  # noqa: E731
+
+    def pair(value: Any) -> str:
+        return json.dumps(key, ensure_ascii=ascii_only) + ":" + json.dumps(value)
+
     inner = ",".join(p for p in (pair(first), body, pair(second)) if p)
     with pytest.raises(ToolUsageError):
         parse_envelope('{"tool":"t","arguments":{' + inner + "}}")
