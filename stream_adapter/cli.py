@@ -37,7 +37,7 @@ def _settings_options(func: F) -> F:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @_settings_options
 @click.pass_context
-def cli(ctx: click.Context, **options: Any) -> None:
+def cli(ctx: click.Context, /, **options: Any) -> None:
     """Run AI-agent tool calls from Kafka."""
     changes = {key: value for key, value in options.items() if value is not None}
     try:
@@ -60,19 +60,36 @@ def kafka() -> None:
 
 
 def _broker_options(func: F) -> F:
-    func = click.option("--home", type=click.Path(path_type=Path), default=Path(".kafka"),
-                        show_default=True, help="Folder for jars, data and logs.")(func)  # fmt: skip
+    func = click.option(
+        "--home",
+        type=click.Path(path_type=Path),
+        default=Path(".kafka"),
+        show_default=True,
+        help="Folder for jars, data and logs.",
+    )(func)
+    func = click.option(
+        "--jars-dir",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Where the jars are cached (default: HOME/libs).",
+    )(func)
     func = click.option("--port", type=int, default=9092, show_default=True)(func)
     return click.option("--heap-mb", type=int, default=768, show_default=True)(func)
 
 
+def _broker_config(home: Path, port: int, heap_mb: int, jars_dir: Path | None) -> Any:
+    from stream_adapter.broker import local
+
+    return local.BrokerConfig(home=home, port=port, heap_mb=heap_mb, jars_dir=jars_dir)
+
+
 @kafka.command("start")
 @_broker_options
-def kafka_start(home: Path, port: int, heap_mb: int) -> None:
+def kafka_start(home: Path, port: int, heap_mb: int, jars_dir: Path | None) -> None:
     """Start the broker (fetching jars and formatting storage on first use)."""
     from stream_adapter.broker import local
 
-    config = local.BrokerConfig(home=home, port=port, heap_mb=heap_mb)
+    config = _broker_config(home, port, heap_mb, jars_dir)
     try:
         with console.status(f"starting Kafka {local.KAFKA_VERSION} on {config.bootstrap}"):
             bootstrap = local.start(config)
@@ -84,21 +101,21 @@ def kafka_start(home: Path, port: int, heap_mb: int) -> None:
 @kafka.command("stop")
 @_broker_options
 @click.option("--kill", is_flag=True, help="SIGKILL instead of a clean stop.")
-def kafka_stop(home: Path, port: int, heap_mb: int, kill: bool) -> None:
+def kafka_stop(home: Path, port: int, heap_mb: int, jars_dir: Path | None, kill: bool) -> None:
     """Stop the broker; its data stays for the next start."""
     from stream_adapter.broker import local
 
-    stopped = local.stop(local.BrokerConfig(home=home, port=port, heap_mb=heap_mb), kill=kill)
+    stopped = local.stop(_broker_config(home, port, heap_mb, jars_dir), kill=kill)
     console.print("stopped" if stopped else "not running")
 
 
 @kafka.command("status")
 @_broker_options
-def kafka_status(home: Path, port: int, heap_mb: int) -> None:
+def kafka_status(home: Path, port: int, heap_mb: int, jars_dir: Path | None) -> None:
     """Say whether the broker runs and answers; exit 1 when it does not."""
     from stream_adapter.broker import local
 
-    state = local.status(local.BrokerConfig(home=home, port=port, heap_mb=heap_mb))
+    state = local.status(_broker_config(home, port, heap_mb, jars_dir))
     if state.running:
         word = "answers" if state.answers else "does not answer"
         console.print(f"running (pid {state.pid}) on {state.bootstrap}, {word}")

@@ -17,9 +17,12 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from stream_adapter.errors import BrokerError
 
@@ -93,9 +96,15 @@ def ensure_jars(config: BrokerConfig) -> Path:
     pom = resources.files("stream_adapter.broker") / "pom.xml"
     with resources.as_file(pom) as pom_path:
         cmd = [
-            mvn, "-q", "-B", "-f", str(pom_path), "dependency:copy-dependencies",
-            f"-DoutputDirectory={libs.resolve()}", "-DincludeScope=runtime",
-        ]  # fmt: skip
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(pom_path),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={libs.resolve()}",
+            "-DincludeScope=runtime",
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = (done.stdout + done.stderr)[-3000:]
@@ -206,9 +215,19 @@ def answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
                 await admin.close()
 
     try:
-        return asyncio.run(probe())
+        return _run_blocking(probe)
     finally:
         quiet.setLevel(level)
+
+
+def _run_blocking(work: Callable[[], Coroutine[Any, Any, bool]]) -> bool:
+    """asyncio.run(work()), on a helper thread when the caller already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(work())
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, work()).result()
 
 
 def _format(config: BrokerConfig, java: str, classpath: str, props: Path) -> None:
@@ -216,12 +235,22 @@ def _format(config: BrokerConfig, java: str, classpath: str, props: Path) -> Non
         return
     config.data.mkdir(parents=True, exist_ok=True)
     cmd = [
-        java, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone",
-        "-t", _cluster_id(), "-c", str(props),
-    ]  # fmt: skip
+        java,
+        "-cp",
+        classpath,
+        "kafka.tools.StorageTool",
+        "format",
+        "--standalone",
+        "-t",
+        _cluster_id(),
+        "-c",
+        str(props),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise BrokerError(f"formatting {config.data} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+        raise BrokerError(
+            f"formatting {config.data} failed:\n{(done.stdout + done.stderr)[-3000:]}"
+        )
 
 
 def _cluster_id() -> str:
@@ -251,17 +280,27 @@ def start(config: BrokerConfig, *, timeout_s: float = 90.0) -> str:
     _format(config, java, classpath, props)
     log4j = resources.files("stream_adapter.broker") / "log4j2.xml"
     cmd = [
-        java, f"-Xmx{config.heap_mb}m", f"-Xms{min(config.heap_mb, 256)}m",
-        "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
+        java,
+        f"-Xmx{config.heap_mb}m",
+        f"-Xms{min(config.heap_mb, 256)}m",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-Djava.awt.headless=true",
         f"-Dkafka.logs.dir={config.logs.resolve()}",
         f"-Dlog4j2.configurationFile={log4j}",
-        "-cp", classpath, "kafka.Kafka", str(props.resolve()),
-    ]  # fmt: skip
+        "-cp",
+        classpath,
+        "kafka.Kafka",
+        str(props.resolve()),
+    ]
     with open(config.logs / "console.log", "ab") as console:
         proc = subprocess.Popen(
-            cmd, stdout=console, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cmd,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
-        )  # fmt: skip
+        )
     config.pidfile.write_text(str(proc.pid))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -285,13 +324,19 @@ def stop(config: BrokerConfig, *, kill: bool = False, timeout_s: float = 30.0) -
         return False
     os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while _alive(pid):
+    # A zombie leader can still hold the listening sockets while the JVM's other threads
+    # exit, so "stopped" also means both ports are free again.
+    while _alive(pid) or _port_taken(config.port) or _port_taken(config.ctrl_port):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
         if time.monotonic() > deadline:
+            if not _alive(pid):
+                break  # the ports belong to someone else now
             os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + timeout_s
         time.sleep(_POLL_S)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
     config.pidfile.unlink(missing_ok=True)
     return True
 
@@ -305,4 +350,3 @@ def status(config: BrokerConfig) -> BrokerStatus:
         bootstrap=config.bootstrap,
         answers=pid is not None and answers(config.bootstrap),
     )
-

@@ -25,7 +25,7 @@ from stream_adapter.stream.keyed import KeyedScheduler
 from stream_adapter.stream.outputs import Delivery, Outputs
 from stream_adapter.stream.topics import approval_requests_topic
 
-RAW = {"key_serializer": "raw", "value_serializer": "raw"}
+RAW: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
 
 
 def _delivery(event: Any) -> Delivery:
@@ -119,9 +119,13 @@ def build_app(
         default=None,
         partitions=p,
         changelog_topic=app.topic(
-            settings.approvals_topic, partitions=p, compacting=True, deleting=False,
-            internal=True, **RAW,
-        ),  # fmt: skip
+            settings.approvals_topic,
+            partitions=p,
+            compacting=True,
+            deleting=False,
+            internal=True,
+            **RAW,
+        ),
         key_type=bytes,
         value_type=bytes,
     )

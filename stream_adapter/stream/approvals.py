@@ -75,15 +75,26 @@ class ApprovalFlow:
 
     async def _park(self, request: dict[str, Any], original: Delivery, partition: int) -> None:
         envelope = Envelope(
-            request["tool"], request["arguments"], request["run_id"], request["call_id"],
-            None, request["message_id"], request["source"],
-        )  # fmt: skip
+            request["tool"],
+            request["arguments"],
+            request["run_id"],
+            request["call_id"],
+            None,
+            request["message_id"],
+            request["source"],
+        )
         fresh = new_record(envelope, request["tool"], origin=self.origin)
         record = self.table.get(fresh.approval_id)
         if record is None:
             await self.table.put(fresh, partition)
-            logs.event(logs.INFO, "call parked", tool=fresh.tool, run_id=fresh.run_id,
-                       call_id=fresh.call_id, approval_id=fresh.approval_id)  # fmt: skip
+            logs.event(
+                logs.INFO,
+                "call parked",
+                tool=fresh.tool,
+                run_id=fresh.run_id,
+                call_id=fresh.call_id,
+                approval_id=fresh.approval_id,
+            )
             record = fresh
         await self._answer(record, original, partition)
 
@@ -92,13 +103,25 @@ class ApprovalFlow:
         record = self.table.get(approval_id)
         if record is None:
             exc = ApprovalNotFound(f"no approval {approval_id[:64]!r}", approval_id=approval_id)
-            await self.ctx.fail(original, exc, tool=None, run_id=request["run_id"],
-                                call_id=request["call_id"], approval_id=approval_id)  # fmt: skip
+            await self.ctx.fail(
+                original,
+                exc,
+                tool=None,
+                run_id=request["run_id"],
+                call_id=request["call_id"],
+                approval_id=approval_id,
+            )
             return
         if record.origin != self.origin:
             exc2 = ToolUsageError("approval is owned by another origin", approval_id=approval_id)
-            await self.ctx.fail(original, exc2, tool=record.tool, run_id=record.run_id,
-                                call_id=record.call_id, approval_id=approval_id)  # fmt: skip
+            await self.ctx.fail(
+                original,
+                exc2,
+                tool=record.tool,
+                run_id=record.run_id,
+                call_id=record.call_id,
+                approval_id=approval_id,
+            )
             return
         await self._answer(record, original, partition)
 
@@ -117,22 +140,35 @@ class ApprovalFlow:
         try:
             self.ctx.keys.verify(delivery.value, delivery.headers)
         except SignatureError as exc:
-            logs.event(logs.WARNING, "security: decision rejected", event="bad_signature",
-                       message_id=delivery.message_id, error_kind=exc.reason)  # fmt: skip
+            logs.event(
+                logs.WARNING,
+                "security: decision rejected",
+                event="bad_signature",
+                message_id=delivery.message_id,
+                error_kind=exc.reason,
+            )
             error = ToolUsageError(f"decision {exc.reason}", status=401)
             await self.ctx.outputs.dead_letter(delivery, error, attempts=1)
             return
         try:
             decision = parse_decision(delivery.value)
         except ToolUsageError as exc:
-            logs.event(logs.WARNING, "malformed decision", message_id=delivery.message_id,
-                       error_kind=exc.kind)  # fmt: skip
+            logs.event(
+                logs.WARNING,
+                "malformed decision",
+                message_id=delivery.message_id,
+                error_kind=exc.kind,
+            )
             await self.ctx.outputs.dead_letter(delivery, exc, attempts=1)
             return
         record = self.table.get(decision.approval_id)
         if record is None:
-            logs.event(logs.WARNING, "decision for an unknown approval",
-                       approval_id=decision.approval_id[:64], error_kind=ApprovalNotFound.kind)  # fmt: skip
+            logs.event(
+                logs.WARNING,
+                "decision for an unknown approval",
+                approval_id=decision.approval_id[:64],
+                error_kind=ApprovalNotFound.kind,
+            )
             missing = ApprovalNotFound("no such approval", approval_id=decision.approval_id)
             await self.ctx.outputs.dead_letter(delivery, missing, attempts=1)
             return
@@ -141,9 +177,15 @@ class ApprovalFlow:
             self._log_late(record, decision.approved)
             await self.ctx.outputs.reply(_used_reply(record), message_id=record.message_id)
             return
-        logs.event(logs.INFO, "approval decided", tool=record.tool, run_id=record.run_id,
-                   call_id=record.call_id, approval_id=record.approval_id,
-                   state=decided.state)  # fmt: skip
+        logs.event(
+            logs.INFO,
+            "approval decided",
+            tool=record.tool,
+            run_id=record.run_id,
+            call_id=record.call_id,
+            approval_id=record.approval_id,
+            state=decided.state,
+        )
         if decided.state is ApprovalState.DENIED:
             body = _denied_reply(decided)
             await self.table.put(decided.model_copy(update={"reply": body}), delivery.partition)
@@ -155,16 +197,20 @@ class ApprovalFlow:
         """Run an approved call once: `running` is durable before the tool starts."""
         running = begin_run(record)
         await self.table.put(running, partition)
-        ids = {"run_id": record.run_id, "call_id": record.call_id,
-               "approval_id": record.approval_id}  # fmt: skip
+        ids = {
+            "run_id": record.run_id,
+            "call_id": record.call_id,
+            "approval_id": record.approval_id,
+        }
         try:
             tool = self.ctx.executor.resolve(record.tool, self.ctx.tools)
             reply, error, _ = await self.ctx.run(tool, dict(record.arguments), **ids)
         except AdapterError as exc:
             reply, error = error_reply_body(exc, tool=record.tool, **ids), exc
         if error is not None:
-            logs.event(logs.WARNING, "approved call failed", tool=record.tool,
-                       error_kind=error.kind, **ids)  # fmt: skip
+            logs.event(
+                logs.WARNING, "approved call failed", tool=record.tool, error_kind=error.kind, **ids
+            )
         await self.table.put(finish(running, reply), partition)
         await self.ctx.outputs.reply(reply, message_id=record.message_id)
 
@@ -173,15 +219,20 @@ class ApprovalFlow:
         logs.event(
             logs.WARNING if conflicting else logs.INFO,
             "conflicting decision ignored" if conflicting else "repeated decision ignored",
-            tool=record.tool, approval_id=record.approval_id, state=record.state,
-        )  # fmt: skip
+            tool=record.tool,
+            approval_id=record.approval_id,
+            state=record.state,
+        )
 
 
 def _denied_reply(record: ApprovalRecord) -> dict[str, Any]:
     return error_reply_body(
-        denial(record), tool=record.tool, run_id=record.run_id, call_id=record.call_id,
+        denial(record),
+        tool=record.tool,
+        run_id=record.run_id,
+        call_id=record.call_id,
         approval_id=record.approval_id,
-    )  # fmt: skip
+    )
 
 
 def _used_reply(record: ApprovalRecord) -> dict[str, Any]:

@@ -62,9 +62,7 @@ async def process_call(ctx: FlowContext, delivery: Delivery) -> None:
         if tool.confirm:
             ctx.executor.validate(tool, envelope.arguments)
     except AdapterError as exc:
-        await ctx.fail(
-            delivery, exc, tool=name, run_id=envelope.run_id, call_id=envelope.call_id
-        )
+        await ctx.fail(delivery, exc, tool=name, run_id=envelope.run_id, call_id=envelope.call_id)
         return
     if tool.confirm:
         approval_id = approval_id_for(envelope.run_id, envelope.call_id)
@@ -77,6 +75,10 @@ async def process_call(ctx: FlowContext, delivery: Delivery) -> None:
         await ctx.outputs.reply(reply, message_id=delivery.message_id)
     else:
         await ctx.fail(
-            delivery, error, tool=tool.name, run_id=envelope.run_id,
-            call_id=envelope.call_id, attempts=attempts,
-        )  # fmt: skip
+            delivery,
+            error,
+            tool=tool.name,
+            run_id=envelope.run_id,
+            call_id=envelope.call_id,
+            attempts=attempts,
+        )

@@ -27,14 +27,26 @@ class FlowContext:
     keys: DecisionKeys
 
     async def run(
-        self, tool: Tool, arguments: dict[str, object], *, run_id: str, call_id: str,
+        self,
+        tool: Tool,
+        arguments: dict[str, object],
+        *,
+        run_id: str,
+        call_id: str,
         approval_id: str | None = None,
-    ) -> tuple[Reply, AdapterError | None, int]:  # fmt: skip
+    ) -> tuple[Reply, AdapterError | None, int]:
         """Run a call with in-place retries; the terminal reply, the error if any, attempts."""
 
         def on_retry(exc: AdapterError, tries: int) -> None:
-            logs.event(logs.INFO, "retrying call", tool=tool.name, run_id=run_id,
-                       call_id=call_id, error_kind=exc.kind, attempt=tries)  # fmt: skip
+            logs.event(
+                logs.INFO,
+                "retrying call",
+                tool=tool.name,
+                run_id=run_id,
+                call_id=call_id,
+                error_kind=exc.kind,
+                attempt=tries,
+            )
 
         outcome = await attempt(
             lambda: self.executor.run_tool(
@@ -52,13 +64,28 @@ class FlowContext:
         return body, outcome.error, outcome.attempts
 
     async def fail(
-        self, delivery: Delivery, exc: AdapterError, *, tool: str | None, run_id: str,
-        call_id: str, approval_id: str | None = None, attempts: int = 1,
-    ) -> None:  # fmt: skip
+        self,
+        delivery: Delivery,
+        exc: AdapterError,
+        *,
+        tool: str | None,
+        run_id: str,
+        call_id: str,
+        approval_id: str | None = None,
+        attempts: int = 1,
+    ) -> None:
         """The terminal path of a failed message: an error reply, then a dead letter."""
-        logs.event(logs.WARNING, "call failed", tool=tool, run_id=run_id, call_id=call_id,
-                   approval_id=approval_id, error_kind=exc.kind, attempt=attempts,
-                   message_id=delivery.message_id)  # fmt: skip
+        logs.event(
+            logs.WARNING,
+            "call failed",
+            tool=tool,
+            run_id=run_id,
+            call_id=call_id,
+            approval_id=approval_id,
+            error_kind=exc.kind,
+            attempt=attempts,
+            message_id=delivery.message_id,
+        )
         body = error_reply_body(
             exc, tool=tool, run_id=run_id, call_id=call_id, approval_id=approval_id
         )

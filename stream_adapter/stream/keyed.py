@@ -44,9 +44,12 @@ class KeyedScheduler:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(
-        self, key: Hashable, previous: asyncio.Future[None] | None, done: asyncio.Future[None],
+        self,
+        key: Hashable,
+        previous: asyncio.Future[None] | None,
+        done: asyncio.Future[None],
         job: Job,
-    ) -> None:  # fmt: skip
+    ) -> None:
         try:
             if previous is not None:
                 await asyncio.shield(previous)

@@ -9,8 +9,13 @@ from typing import Any
 from stream_adapter.errors import BrokerError
 from stream_adapter.settings import Settings
 
-_FAUST_LEVELS = {"debug": "debug", "info": "info", "warning": "warn", "error": "error",
-                 "critical": "crit"}  # fmt: skip
+_FAUST_LEVELS = {
+    "debug": "debug",
+    "info": "info",
+    "warning": "warn",
+    "error": "error",
+    "critical": "crit",
+}
 
 
 def load_topology(settings: Settings) -> Any:
@@ -35,7 +40,8 @@ def run_worker(settings: Settings) -> None:
     for name, value in settings.model_dump(mode="json").items():
         os.environ[f"STREAM_ADAPTER_{name.upper()}"] = str(value)
     app = load_topology(settings)
-    worker = Worker(app, loglevel=_FAUST_LEVELS[settings.log_level], quiet=True,
-                    override_logging=False)  # fmt: skip
+    worker = Worker(
+        app, loglevel=_FAUST_LEVELS[settings.log_level], quiet=True, override_logging=False
+    )
     configure_logging(settings.log_level, settings.log_format)
     worker.execute_from_commandline()

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Run every check on a fresh machine: install what is needed, then ruff, mypy and pytest.
+# The tests start their own Kafka broker (from Maven jars) unless KAFKA_BOOTSTRAP_SERVERS is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q -e ".[test]"
+
+for tool in java mvn; do
+  command -v "$tool" >/dev/null || { echo "error: $tool is needed for the local Kafka broker" >&2; exit 1; }
+done
+# Fetch the broker's jars once (cached in .kafka/libs), so no test pays for it.
+"$VENV/bin/python" -c "from stream_adapter.broker import local; local.ensure_jars(local.BrokerConfig(jars_dir=__import__('pathlib').Path('.kafka/libs')))"
+
+echo "== ruff"
+"$VENV/bin/ruff" check stream_adapter topologies tests benchmarks
+"$VENV/bin/ruff" format --check stream_adapter topologies tests benchmarks
+echo "== mypy --strict (the core)"
+"$VENV/bin/mypy" --strict stream_adapter
+echo "== pytest"
+set +e
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "error: pytest ran no tests" >&2
+  exit 1
+fi
+exit "$status"

@@ -1,0 +1,91 @@
+"""Shared fixtures: one real Kafka broker per test session, unique names per test.
+
+The broker is, in order of preference: the one named by `KAFKA_BOOTSTRAP_SERVERS`; a
+testcontainers Kafka (apache/kafka, KRaft) when a Docker engine answers; else a local broker
+started from the Maven jars (`stream_adapter.broker.local`) on free ports in a temp folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from stream_adapter.broker import local
+from stream_adapter.settings import Settings
+from stream_adapter.stream.topics import create_topics
+from tests.harness import ROOT, Client, WorkerProcess, make_settings
+
+KAFKA_IMAGE = f"apache/kafka:{local.KAFKA_VERSION}"
+JARS_DIR = ROOT / ".kafka" / "libs"
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real broker's bootstrap address for the whole session."""
+    configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if configured:
+        yield configured
+        return
+    if os.environ.get("STREAM_ADAPTER_TEST_DOCKER", "auto") != "off" and _docker_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer(KAFKA_IMAGE).with_kraft() as container:
+            yield container.get_bootstrap_server()
+        return
+    home = tmp_path_factory.mktemp("kafka")
+    config = local.BrokerConfig(
+        home=home, port=local.free_port(), controller_port=local.free_port(), jars_dir=JARS_DIR
+    )
+    yield local.start(config)
+    local.stop(config)
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
+    """Settings with a unique app id and topics; the topics are created."""
+    result = make_settings(kafka_bootstrap, tmp_path)
+    asyncio.run(create_topics(result))
+    return result
+
+
+@pytest.fixture
+def worker_factory(settings: Settings, tmp_path: Path) -> Iterator[type[WorkerProcess]]:
+    """Start worker processes for this test's settings; all are killed at teardown."""
+    started: list[WorkerProcess] = []
+
+    def make(name: str = "worker", **extra_env: str) -> WorkerProcess:
+        worker = WorkerProcess(settings, tmp_path / "work", dict(extra_env), name=name)
+        started.append(worker.start())
+        return worker
+
+    yield make  # type: ignore[misc]
+    for worker in started:
+        worker.kill()
+
+
+@pytest.fixture
+async def worker(worker_factory: type[WorkerProcess]) -> WorkerProcess:
+    """One ready worker."""
+    started = worker_factory()  # type: ignore[call-arg]
+    await started.ready()
+    return started
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[Client]:
+    async with Client(settings) as result:
+        yield result

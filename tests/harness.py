@@ -1,0 +1,306 @@
+"""Test harness: unique names, a worker process, and a client that produces calls and reads replies.
+
+Everything here talks to a real broker; nothing is faked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import TopicPartition
+
+from stream_adapter.broker.local import free_port
+from stream_adapter.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def unique(prefix: str) -> str:
+    """A name no other test (or earlier run) uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def make_settings(bootstrap: str, tmp_path: Path, **changes: Any) -> Settings:
+    """Settings with a unique app id and unique topic names under tmp_path."""
+    app_id = unique("t")
+    base = {
+        "broker": bootstrap,
+        "app_id": app_id,
+        "calls_topic": f"{app_id}-calls",
+        "replies_topic": f"{app_id}-replies",
+        "decisions_topic": f"{app_id}-decisions",
+        "approvals_topic": f"{app_id}-approvals",
+        "dlq_topic": f"{app_id}-dlq",
+        "partitions": 4,
+        "data_dir": str(tmp_path / "data"),
+        "retry_backoff_s": 0.05,
+        "web_port": free_port(),
+    }
+    base.update(changes)
+    return Settings.model_validate(base)
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The settings as STREAM_ADAPTER_* environment variables."""
+    return {
+        f"STREAM_ADAPTER_{name.upper()}": str(value)
+        for name, value in settings.model_dump(mode="json").items()
+    }
+
+
+async def wait_for(
+    check: Callable[[], Any], *, timeout_s: float, what: str, interval_s: float = 0.05
+) -> Any:
+    """Poll check() until it returns something truthy; fail with `what` past the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(interval_s)
+
+
+@dataclass
+class WorkerProcess:
+    """`stream-adapter worker` in a subprocess, with its own log file."""
+
+    settings: Settings
+    workdir: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    name: str = "worker"
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    @property
+    def ledger(self) -> Path:
+        return self.workdir / "ledger.jsonl"
+
+    def start(self) -> WorkerProcess:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **settings_env(self.settings), **self.extra_env}
+        env.setdefault("STREAM_ADAPTER_DEMO_LEDGER", str(self.ledger))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "stream_adapter", "worker"],
+            cwd=self.workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    async def ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until the worker has joined its group and recovered its tables."""
+
+        def check() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited early:\n{self.log_text()[-4000:]}")
+            return "Worker ready" in self.log_text()
+
+        await wait_for(check, timeout_s=timeout_s, what=f"{self.name} to be ready")
+
+    def kill(self) -> None:
+        """SIGKILL: the crash the guarantees are about."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout_s: float = 60.0) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                tail = self.log_text()[-4000:]
+                raise AssertionError(f"worker ignored SIGTERM:\n{tail}") from None
+        return int(self.proc.returncode)
+
+
+class Client:
+    """Produces envelopes and decisions; collects replies (and dead letters) by run_id."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+        self.replies: list[dict[str, Any]] = []
+        self.reply_headers: list[dict[str, bytes]] = []
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def __aenter__(self) -> Client:
+        await self.producer.start()
+        self._consumer = AIOKafkaConsumer(
+            self.settings.replies_topic,
+            bootstrap_servers=self.settings.bootstrap_servers,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+        await self._consumer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.producer.stop()
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    async def send(
+        self,
+        payload: bytes | dict[str, Any],
+        *,
+        key: bytes | None = None,
+        topic: str | None = None,
+        headers: Iterable[tuple[str, bytes]] | None = None,
+    ) -> tuple[int, int]:
+        """Produce one message; returns (partition, offset)."""
+        value = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+        meta = await self.producer.send_and_wait(
+            topic or self.settings.calls_topic,
+            value,
+            key=key,
+            headers=list(headers) if headers else None,
+        )
+        return meta.partition, meta.offset
+
+    def message_id(self, partition: int, offset: int) -> str:
+        return f"{self.settings.calls_topic}:{partition}:{offset}"
+
+    async def decide(
+        self,
+        approval_id: str,
+        approved: bool,
+        *,
+        reviewer: str = "ann",
+        headers: Iterable[tuple[str, bytes]] | None = None,
+        **extra: Any,
+    ) -> None:
+        body = {"approval_id": approval_id, "approved": approved, "reviewer": reviewer, **extra}
+        await self.send(
+            body, key=approval_id.encode(), topic=self.settings.decisions_topic, headers=headers
+        )
+
+    async def _poll(self) -> None:
+        assert self._consumer is not None
+        batches = await self._consumer.getmany(timeout_ms=100)
+        for messages in batches.values():
+            for message in messages:
+                self.replies.append(orjson.loads(message.value))
+                self.reply_headers.append(dict(message.headers))
+
+    async def wait_replies(
+        self,
+        predicate: Callable[[list[dict[str, Any]]], bool],
+        *,
+        timeout_s: float = 30.0,
+        what: str = "replies",
+    ) -> list[dict[str, Any]]:
+        async def check() -> bool:
+            await self._poll()
+            return predicate(self.replies)
+
+        await wait_for(check, timeout_s=timeout_s, what=what, interval_s=0)
+        return self.replies
+
+    async def reply_for(
+        self, *, status: str | None = None, timeout_s: float = 30.0, **match: Any
+    ) -> dict[str, Any]:
+        """The first reply whose fields equal match (and status, if given)."""
+
+        def found(replies: list[dict[str, Any]]) -> bool:
+            return any(_matches(r, status, match) for r in replies)
+
+        await self.wait_replies(found, timeout_s=timeout_s, what=f"a reply {status} {match}")
+        return next(r for r in self.replies if _matches(r, status, match))
+
+    def replies_for(self, **match: Any) -> list[dict[str, Any]]:
+        return [r for r in self.replies if _matches(r, None, match)]
+
+
+def _matches(reply: dict[str, Any], status: str | None, match: dict[str, Any]) -> bool:
+    if status is not None and reply.get("status") != status:
+        return False
+    return all(reply.get(k) == v for k, v in match.items())
+
+
+async def read_all(
+    bootstrap: str, topic: str, *, timeout_s: float = 5.0, expect: int | None = None
+) -> list[Any]:
+    """Every message currently in topic (or until `expect` arrived), as aiokafka records."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    out: list[Any] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=200)
+            for messages in batches.values():
+                out.extend(messages)
+            if expect is not None and len(out) >= expect:
+                break
+            if expect is None and not batches and consumer.assignment():
+                ends = await consumer.end_offsets(list(consumer.assignment()))
+                if all(await _at_end(consumer, tp, end) for tp, end in ends.items()):
+                    break
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def _at_end(consumer: AIOKafkaConsumer, tp: TopicPartition, end: int) -> bool:
+    with contextlib.suppress(Exception):
+        return bool(await consumer.position(tp) >= end)
+    return False
+
+
+async def group_lag(bootstrap: str, group: str, topic: str) -> int:
+    """Sum over topic's partitions of (end offset - committed offset) for group."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        if not partitions:
+            await consumer._client.force_metadata_update()
+            partitions = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in partitions]
+        ends = await consumer.end_offsets(tps)
+        lag = 0
+        for tp in tps:
+            committed = await consumer.committed(tp)
+            lag += ends[tp] - (committed or 0)
+        return lag
+    finally:
+        await consumer.stop()

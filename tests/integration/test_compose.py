@@ -1,0 +1,41 @@
+"""docker-compose.yml stays wired to the real settings and waits for a healthy broker."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from stream_adapter.broker.local import KAFKA_VERSION
+from stream_adapter.settings import ENV_PREFIX, Settings
+from tests.harness import ROOT
+
+
+def _compose() -> dict[str, Any]:
+    return dict(yaml.safe_load((ROOT / "docker-compose.yml").read_text()))
+
+
+def test_every_adapter_variable_is_a_setting() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    names = set(re.findall(rf"\b{ENV_PREFIX}([A-Z0-9_]+)", text))
+    assert names, "the compose file configures the adapter through its settings"
+    known = {name.upper() for name in Settings.model_fields}
+    assert names <= known, f"unknown settings in docker-compose.yml: {sorted(names - known)}"
+
+
+def test_adapter_services_wait_for_a_healthy_broker() -> None:
+    services = _compose()["services"]
+    assert "healthcheck" in services["kafka"]
+    assert services["kafka"]["image"] == f"apache/kafka:{KAFKA_VERSION}"
+    adapters = [name for name, svc in services.items() if svc.get("build")]
+    assert {"topics", "worker"} <= set(adapters)
+    for name in adapters:
+        depends = services[name]["depends_on"]
+        assert depends["kafka"]["condition"] == "service_healthy", name
+
+
+def test_worker_starts_after_topics_exist() -> None:
+    worker = _compose()["services"]["worker"]
+    assert worker["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+    assert worker["environment"]["STREAM_ADAPTER_BROKER"].startswith("kafka://kafka:")
