@@ -54,6 +54,33 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     local.stop(config)
 
 
+@pytest.fixture(scope="module")
+def shared_settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Settings for a module whose tests share one worker (stateless rows of the spec)."""
+    result = make_settings(kafka_bootstrap, tmp_path_factory.mktemp("shared"))
+    asyncio.run(create_topics(result))
+    return result
+
+
+@pytest.fixture(scope="module")
+def shared_worker(
+    shared_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    """One ready worker for the whole module."""
+    worker = WorkerProcess(shared_settings, tmp_path_factory.mktemp("shared-work")).start()
+    try:
+        asyncio.run(worker.ready())
+        yield worker
+    finally:
+        worker.kill()
+
+
+@pytest.fixture
+async def shared_client(shared_settings: Settings) -> AsyncIterator[Client]:
+    async with Client(shared_settings) as result:
+        yield result
+
+
 @pytest.fixture
 def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
     """Settings with a unique app id and topics; the topics are created."""

@@ -6,7 +6,6 @@ Everything here talks to a real broker; nothing is faked.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
 from stream_adapter.broker.local import free_port
+from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,6 +148,17 @@ class WorkerProcess:
         return int(self.proc.returncode)
 
 
+@dataclass(frozen=True)
+class Sent:
+    """A produced call: where it landed and the ids its reply carries."""
+
+    message_id: str
+    partition: int
+    offset: int
+    run_id: str
+    call_id: str
+
+
 class Client:
     """Produces envelopes and decisions; collects replies (and dead letters) by run_id."""
 
@@ -194,6 +205,26 @@ class Client:
 
     def message_id(self, partition: int, offset: int) -> str:
         return f"{self.settings.calls_topic}:{partition}:{offset}"
+
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        key: bytes | None = None,
+        **ids: str,
+    ) -> Sent:
+        """Produce a call envelope; returns its delivery id and the ids its reply will carry."""
+        body: dict[str, Any] = {"tool": tool, "arguments": arguments or {}, **ids}
+        partition, offset = await self.send(body, key=key)
+        return self.sent(partition, offset, **ids)
+
+    def sent(self, partition: int, offset: int, **ids: str) -> Sent:
+        message_id = self.message_id(partition, offset)
+        run_id, call_id = derive_ids(message_id, self.settings.source)
+        if "run_id" in ids and "call_id" in ids:
+            run_id, call_id = ids["run_id"], ids["call_id"]
+        return Sent(message_id, partition, offset, run_id, call_id)
 
     async def decide(
         self,
@@ -252,36 +283,34 @@ def _matches(reply: dict[str, Any], status: str | None, match: dict[str, Any]) -
     return all(reply.get(k) == v for k, v in match.items())
 
 
-async def read_all(
-    bootstrap: str, topic: str, *, timeout_s: float = 5.0, expect: int | None = None
-) -> list[Any]:
-    """Every message currently in topic (or until `expect` arrived), as aiokafka records."""
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
-    )
+async def read_all(bootstrap: str, topic: str, *, timeout_s: float = 10.0) -> list[Any]:
+    """Every message in topic up to its end offsets at the time of the call."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     out: list[Any] = []
     try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=200)
-            for messages in batches.values():
-                out.extend(messages)
-            if expect is not None and len(out) >= expect:
-                break
-            if expect is None and not batches and consumer.assignment():
-                ends = await consumer.end_offsets(list(consumer.assignment()))
-                if all(await _at_end(consumer, tp, end) for tp, end in ends.items()):
-                    break
+        partitions = consumer.partitions_for_topic(topic) or set()
+        if not partitions:
+            await consumer._client.force_metadata_update()
+            partitions = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+
+        async def at_end() -> bool:
+            for tp in tps:
+                if await consumer.position(tp) < ends[tp]:
+                    batches = await consumer.getmany(timeout_ms=200)
+                    for messages in batches.values():
+                        out.extend(messages)
+                    return False
+            return True
+
+        await wait_for(at_end, timeout_s=timeout_s, what=f"the end of {topic}", interval_s=0)
     finally:
         await consumer.stop()
     return out
-
-
-async def _at_end(consumer: AIOKafkaConsumer, tp: TopicPartition, end: int) -> bool:
-    with contextlib.suppress(Exception):
-        return bool(await consumer.position(tp) >= end)
-    return False
 
 
 async def group_lag(bootstrap: str, group: str, topic: str) -> int:
@@ -304,3 +333,17 @@ async def group_lag(bootstrap: str, group: str, topic: str) -> int:
         return lag
     finally:
         await consumer.stop()
+
+
+async def dead_letters(
+    settings: Settings, *, at_least: int = 1, timeout_s: float = 20.0
+) -> list[Any]:
+    """The DLQ's messages, once at least `at_least` of them are there."""
+    found: list[Any] = []
+
+    async def check() -> bool:
+        found[:] = await read_all(settings.bootstrap_servers, settings.dlq_topic)
+        return len(found) >= at_least
+
+    await wait_for(check, timeout_s=timeout_s, what=f"{at_least} dead letter(s)")
+    return found
