@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stream_adapter.errors import AdapterError
+from stream_adapter.review.commands import COMMANDS as REVIEW_COMMANDS
 from stream_adapter.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -192,6 +193,10 @@ def worker(settings: Settings) -> None:
         run_worker(settings)
     except AdapterError as exc:
         _fail(exc)
+
+
+for _command in REVIEW_COMMANDS:  # review, reviewers, approvals (stream_adapter/review/)
+    cli.add_command(_command)
 
 
 def main() -> None:

@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     retry_attempts: int = Field(default=3, ge=1)
     retry_backoff_s: float = Field(default=0.2, ge=0)
     web_port: int = 6066
+    review_host: str = "127.0.0.1"
+    review_port: int = Field(default=8080, ge=0, le=65535)
+    reviewers_file: Path = Path("reviewers.json")
+    session_secret: str = ""
+    session_ttl_s: int = Field(default=8 * 3600, ge=60)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     log_format: Literal["text", "json"] = "text"
 

@@ -1,0 +1,239 @@
+"""Reviewers and their credentials: hashed tokens on file, signed session cookies, CSRF tokens.
+
+A token is `sa1.<token_id>.<secret>`; the file keeps only the token_id and an scrypt hash of the
+whole token with a per-reviewer salt, so the token is shown once and cannot be recovered. Sessions
+and CSRF tokens are HMAC-SHA256 under the service's session secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stream_adapter.approvals import utc_now
+from stream_adapter.errors import AdapterError, ToolUsageError
+
+TOKEN_PREFIX = "sa1"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+SCRYPT = {"n": 2**14, "r": 8, "p": 1}
+_SCRYPT_MAXMEM = 64 * 1024 * 1024
+
+
+class Unauthenticated(AdapterError):
+    """No credential, or one that does not name a current reviewer."""
+
+    title = "Authentication required"
+    status = 401
+
+
+class Forbidden(AdapterError):
+    """A form without a valid CSRF token (or a request the credential may not make)."""
+
+    title = "Forbidden"
+    status = 403
+
+
+@dataclass(frozen=True, slots=True)
+class Reviewer:
+    """One reviewer as the file has them."""
+
+    name: str
+    token_id: str
+    salt: bytes
+    digest: bytes
+    created_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "token_id": self.token_id,
+            "salt": self.salt.hex(),
+            "scrypt": SCRYPT,
+            "hash": self.digest.hex(),
+            "created_at": self.created_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Reviewer:
+        return cls(
+            name=str(data["name"]),
+            token_id=str(data["token_id"]),
+            salt=bytes.fromhex(data["salt"]),
+            digest=bytes.fromhex(data["hash"]),
+            created_at=str(data.get("created_at", "")),
+        )
+
+
+def hash_token(token: str, salt: bytes) -> bytes:
+    """scrypt(token, salt): slow enough that a stolen file does not give tokens away cheaply."""
+    return hashlib.scrypt(token.encode(), salt=salt, maxmem=_SCRYPT_MAXMEM, dklen=32, **SCRYPT)
+
+
+def new_token() -> tuple[str, str]:
+    """A fresh (token_id, token)."""
+    token_id = secrets.token_hex(6)
+    return token_id, f"{TOKEN_PREFIX}.{token_id}.{secrets.token_urlsafe(32)}"
+
+
+def token_id_of(token: str) -> str | None:
+    """The token_id part of a well-formed token, else None."""
+    parts = token.split(".")
+    if len(parts) != 3 or parts[0] != TOKEN_PREFIX or not parts[1] or not parts[2]:
+        return None
+    return parts[1]
+
+
+class ReviewersFile:
+    """The reviewers file (JSON, mode 0600), re-read whenever it changes on disk."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int] | None = None
+        self._by_token_id: dict[str, Reviewer] = {}
+
+    def _load(self) -> dict[str, Reviewer]:
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            self._stamp, self._by_token_id = None, {}
+            return self._by_token_id
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if stamp != self._stamp:
+            data = json.loads(self.path.read_text())
+            reviewers = [Reviewer.from_json(item) for item in data.get("reviewers", [])]
+            self._by_token_id = {r.token_id: r for r in reviewers}
+            self._stamp = stamp
+        return self._by_token_id
+
+    def reviewers(self) -> list[Reviewer]:
+        return sorted(self._load().values(), key=lambda r: r.name)
+
+    def by_token_id(self, token_id: str) -> Reviewer | None:
+        return self._load().get(token_id)
+
+    def add(self, name: str, *, replace: bool = False) -> str:
+        """Add reviewer name (or give them a new token with replace); returns the token."""
+        if not NAME_RE.match(name):
+            raise ToolUsageError("a reviewer name is 1-64 letters, digits or ._@-")
+        current = [r for r in self.reviewers() if r.name != name]
+        if len(current) != len(self.reviewers()) and not replace:
+            raise ToolUsageError(f"reviewer {name!r} exists (use --replace for a new token)")
+        token_id, token = new_token()
+        salt = secrets.token_bytes(16)
+        reviewer = Reviewer(name, token_id, salt, hash_token(token, salt), utc_now())
+        self._write([*current, reviewer])
+        return token
+
+    def remove(self, name: str) -> bool:
+        """Remove reviewer name (their token and sessions stop working); False if absent."""
+        current = self.reviewers()
+        kept = [r for r in current if r.name != name]
+        if len(kept) == len(current):
+            return False
+        self._write(kept)
+        return True
+
+    def _write(self, reviewers: list[Reviewer]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        body = json.dumps({"version": 1, "reviewers": [r.to_json() for r in reviewers]}, indent=2)
+        tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(body + "\n")
+        os.replace(tmp, self.path)
+        self._stamp = None
+
+    def verify(self, token: str) -> Reviewer:
+        """The reviewer token belongs to; Unauthenticated otherwise (CPU-bound: run in a thread)."""
+        token_id = token_id_of(token)
+        reviewer = self.by_token_id(token_id) if token_id else None
+        if reviewer is None:
+            hash_token(token, b"\0" * 16)  # same cost either way: no timing hint of valid ids
+            raise Unauthenticated("invalid token")
+        if not hmac.compare_digest(hash_token(token, reviewer.salt), reviewer.digest):
+            raise Unauthenticated("invalid token")
+        return reviewer
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A logged-in reviewer: name, the token it came from, its id (for CSRF), expiry."""
+
+    name: str
+    token_id: str
+    sid: str
+    expires: int
+
+
+class Sessions:
+    """Signs and checks session cookies and CSRF tokens with one secret."""
+
+    def __init__(self, secret: bytes, ttl_s: int) -> None:
+        self.secret = secret
+        self.ttl_s = ttl_s
+
+    def _mac(self, purpose: str, data: str) -> str:
+        return hmac.new(self.secret, f"{purpose}:{data}".encode(), hashlib.sha256).hexdigest()
+
+    def issue(self, reviewer: Reviewer, now: float | None = None) -> tuple[Session, str]:
+        """A new session for reviewer and its cookie value."""
+        expires = int((now if now is not None else time.time()) + self.ttl_s)
+        session = Session(reviewer.name, reviewer.token_id, secrets.token_hex(16), expires)
+        body = json.dumps(
+            {"n": session.name, "t": session.token_id, "s": session.sid, "e": session.expires},
+            separators=(",", ":"),
+        )
+        payload = _b64(body.encode())
+        return session, f"{payload}.{self._mac('session', payload)}"
+
+    def check(self, cookie: str, now: float | None = None) -> Session:
+        """The session a cookie value carries; Unauthenticated if forged, malformed or expired."""
+        payload, _, mac = cookie.partition(".")
+        if not payload or not hmac.compare_digest(mac, self._mac("session", payload)):
+            raise Unauthenticated("invalid session")
+        try:
+            data = json.loads(_unb64(payload))
+            session = Session(str(data["n"]), str(data["t"]), str(data["s"]), int(data["e"]))
+        except (ValueError, KeyError, TypeError):
+            raise Unauthenticated("invalid session") from None
+        if session.expires < (now if now is not None else time.time()):
+            raise Unauthenticated("session expired")
+        return session
+
+    def csrf_token(self, session: Session) -> str:
+        """The CSRF token of a session's forms."""
+        return self._mac("csrf", session.sid)
+
+    def check_csrf(self, session: Session, token: str) -> None:
+        if not token or not hmac.compare_digest(token, self.csrf_token(session)):
+            raise Forbidden("missing or invalid CSRF token")
+
+    def login_csrf(self, nonce: str) -> str:
+        """The CSRF token of the login form, bound to the pre-login nonce cookie."""
+        return self._mac("login", nonce)
+
+    def check_login_csrf(self, nonce: str, token: str) -> None:
+        if not nonce or not token or not hmac.compare_digest(token, self.login_csrf(nonce)):
+            raise Forbidden("missing or invalid CSRF token")
+
+
+def session_secret(configured: str) -> bytes:
+    """The configured secret, or a random one (sessions then end when the service restarts)."""
+    return configured.encode() if configured else secrets.token_bytes(32)

@@ -1,0 +1,165 @@
+"""Writing decisions: signed when keys are configured, and only for records the view shows pending.
+
+The view may lag the table, so two decisions for one approval can still both be written (two
+service instances, or the CLI racing the page). That residual race is safe: the topology applies
+the first decision it reads and answers later ones `already_done` without running anything. Within
+one process, `Decider` remembers what it sent, so a second decision never leaves this process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+from aiokafka import AIOKafkaProducer
+
+from stream_adapter import logs
+from stream_adapter.approvals import ApprovalRecord, ApprovalState, Decision, utc_now
+from stream_adapter.errors import ApprovalConflict, ApprovalNotFound, BrokerError
+from stream_adapter.review.view import ApprovalsView
+from stream_adapter.settings import Settings
+from stream_adapter.signing import DecisionKeys
+
+LANDED_TIMEOUT_S = 5.0
+
+
+def decision_message(
+    decision: Decision, keys: DecisionKeys
+) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """The value bytes and headers of a decision; signed when keys are configured."""
+    value = orjson.dumps(decision.model_dump(exclude_none=True))
+    headers = list(keys.sign(value).items()) if keys.required else []
+    return value, headers
+
+
+class DecisionWriter:
+    """Produces decisions to the decisions topic, keyed by approval_id, acknowledged by all ISRs."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keys = DecisionKeys.parse(settings.decision_keys)
+        self._producer: AIOKafkaProducer | None = None
+
+    async def start(self) -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.bootstrap_servers,
+            acks="all",
+            enable_idempotence=True,
+            client_id=f"{self.settings.app_id}-review-decisions",
+        )
+        try:
+            await producer.start()
+        except Exception as exc:
+            await producer.stop()
+            raise BrokerError(f"cannot reach the broker: {type(exc).__name__}") from None
+        self._producer = producer
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    async def write(self, decision: Decision) -> None:
+        """Produce decision and wait for the broker's acknowledgement."""
+        assert self._producer is not None, "start() first"
+        value, headers = decision_message(decision, self.keys)
+        try:
+            await self._producer.send_and_wait(
+                self.settings.decisions_topic,
+                value,
+                key=decision.approval_id.encode(),
+                headers=headers,
+            )
+        except Exception as exc:
+            logs.event(
+                logs.ERROR,
+                "decision not written",
+                approval_id=decision.approval_id,
+                error_kind=type(exc).__name__,
+            )
+            raise BrokerError("the decision could not be written; try again") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of a decision: `record` once the view shows it decided, else None (sent)."""
+
+    decision: Decision
+    record: ApprovalRecord | None
+
+
+class Decider:
+    """Checks the view, writes the decision, and waits briefly until the table shows it."""
+
+    def __init__(self, view: ApprovalsView, writer: DecisionWriter) -> None:
+        self.view = view
+        self.writer = writer
+        self._sent: dict[str, Decision] = {}
+
+    def sent(self, approval_id: str) -> Decision | None:
+        """The decision this process wrote for approval_id and the view does not show yet."""
+        decision = self._sent.get(approval_id)
+        record = self.view.get(approval_id)
+        if (
+            decision is not None
+            and record is not None
+            and record.state is not ApprovalState.PENDING
+        ):
+            del self._sent[approval_id]
+            return None
+        return decision
+
+    def check(self, approval_id: str) -> ApprovalRecord:
+        """The record if a decision may be written now; ApprovalNotFound or ApprovalConflict."""
+        record = self.view.get(approval_id)
+        if record is None:
+            raise ApprovalNotFound("no such approval", approval_id=approval_id)
+        if record.state is not ApprovalState.PENDING:
+            by = f" by {record.reviewer}" if record.reviewer else ""
+            raise ApprovalConflict(
+                f"approval is {record.state}{by}, not pending", approval_id=approval_id
+            )
+        if self.sent(approval_id) is not None:
+            raise ApprovalConflict("a decision was already sent", approval_id=approval_id)
+        return record
+
+    async def decide(
+        self,
+        approval_id: str,
+        *,
+        approved: bool,
+        reviewer: str,
+        reason: str | None = None,
+        wait_s: float = LANDED_TIMEOUT_S,
+    ) -> Outcome:
+        """Write a decision on a pending record and wait up to wait_s for the table to show it."""
+        self.check(approval_id)  # no await between the check and the mark below
+        decision = Decision(
+            approval_id=approval_id,
+            approved=approved,
+            reviewer=reviewer,
+            reason=reason or None,
+            decided_at=utc_now(),
+        )
+        self._sent[approval_id] = decision
+        try:
+            await self.writer.write(decision)
+        except BrokerError:
+            del self._sent[approval_id]
+            raise
+        logs.event(logs.INFO, "decision written", approval_id=approval_id, approved=approved)
+
+        def landed(view: ApprovalsView) -> bool:
+            record = view.get(approval_id)
+            return record is not None and record.state is not ApprovalState.PENDING
+
+        if not await self.view.wait_for(landed, wait_s):
+            return Outcome(decision, None)
+        record = self.view.get(approval_id)
+        assert record is not None
+        if record.reviewer != reviewer or (record.state is ApprovalState.DENIED) == approved:
+            raise ApprovalConflict(
+                f"another decision came first: {record.state} by {record.reviewer}",
+                approval_id=approval_id,
+            )
+        return Outcome(decision, record)

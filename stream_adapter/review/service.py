@@ -1,0 +1,55 @@
+"""Running the review service: the view caught up first, then the decision writer, then HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+
+from aiohttp import web
+
+from stream_adapter import logs
+from stream_adapter.review.auth import ReviewersFile, Sessions, session_secret
+from stream_adapter.review.decide import Decider, DecisionWriter
+from stream_adapter.review.view import ApprovalsView
+from stream_adapter.review.web import ReviewService, build_app
+from stream_adapter.settings import Settings
+
+
+async def serve(settings: Settings, on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve until SIGTERM or SIGINT; on_ready gets the URL once requests are answered."""
+    reviewers = ReviewersFile(settings.reviewers_file)
+    if not reviewers.reviewers():
+        logs.event(logs.WARNING, "review: no reviewers yet; add one with `reviewers add NAME`")
+    view = ApprovalsView(settings)
+    await view.start()
+    writer = DecisionWriter(settings)
+    runner: web.AppRunner | None = None
+    try:
+        await view.wait_caught_up()
+        await writer.start()
+        service = ReviewService(
+            view=view,
+            decider=Decider(view, writer),
+            reviewers=reviewers,
+            sessions=Sessions(session_secret(settings.session_secret), settings.session_ttl_s),
+        )
+        runner = web.AppRunner(build_app(service), shutdown_timeout=2.0, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, settings.review_host, settings.review_port)
+        await site.start()
+        port = runner.addresses[0][1] if runner.addresses else settings.review_port
+        if on_ready is not None:
+            on_ready(f"http://{settings.review_host}:{port}/")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        if runner is not None:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+        await writer.stop()
+        await view.stop()

@@ -1,0 +1,201 @@
+"""The live approvals view: every record of the compacted approvals topic, kept up to date.
+
+A group-less consumer reads every partition from the beginning (read_committed, so aborted
+transactional writes never show) and keeps the latest record per approval_id. Waiters are woken
+on each change, which drives the page's live updates and the "decision landed" wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
+
+from stream_adapter import logs
+from stream_adapter.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.errors import BrokerError, ToolUsageError
+from stream_adapter.settings import Settings
+
+DECIDED_STATES = frozenset(
+    {ApprovalState.APPROVED, ApprovalState.DENIED, ApprovalState.RUNNING, ApprovalState.DONE}
+)
+
+
+class ApprovalsView:
+    """Records by approval_id as the approvals topic has them; `version` counts changes."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.records: dict[str, ApprovalRecord] = {}
+        self.version = 0
+        self._changed = asyncio.Event()
+        self._caught_up = asyncio.Event()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ends: dict[TopicPartition, int] = {}
+
+    async def start(self) -> None:
+        """Connect, assign every partition from the beginning and start following the topic."""
+        topic = self.settings.approvals_topic
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.bootstrap_servers,
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            client_id=f"{self.settings.app_id}-review-view",
+        )
+        try:
+            await consumer.start()
+            if topic not in await consumer.topics():
+                raise BrokerError(f"topic {topic!r} is missing: run `stream-adapter topics create`")
+            partitions = sorted(consumer.partitions_for_topic(topic) or ())
+            tps = [TopicPartition(topic, p) for p in partitions]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            self._ends = {tp: end for tp, end in (await consumer.end_offsets(tps)).items() if end}
+        except BrokerError:
+            await consumer.stop()
+            raise
+        except Exception as exc:
+            await consumer.stop()
+            raise BrokerError(f"cannot read the approvals topic: {type(exc).__name__}") from None
+        self._consumer = consumer
+        if not self._ends:
+            self._caught_up.set()
+        self._task = asyncio.create_task(self._follow(), name="approvals-view")
+
+    async def stop(self) -> None:
+        """Stop following; the records stay readable."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+    async def __aenter__(self) -> ApprovalsView:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def wait_caught_up(self, timeout_s: float = 30.0) -> None:
+        """Wait until every record written before start() has been read."""
+        try:
+            await asyncio.wait_for(self._caught_up.wait(), timeout_s)
+        except TimeoutError:
+            raise BrokerError("the approvals view did not catch up in time") from None
+
+    @property
+    def caught_up(self) -> bool:
+        return self._caught_up.is_set()
+
+    async def _follow(self) -> None:
+        assert self._consumer is not None
+        consumer = self._consumer
+        while True:
+            try:
+                batches = await consumer.getmany(timeout_ms=500)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the consumer reconnects by itself; keep following
+                logs.event(
+                    logs.WARNING, "approvals view: fetch failed", error_kind=type(exc).__name__
+                )
+                await asyncio.sleep(1.0)
+                continue
+            changed = False
+            for messages in batches.values():
+                for message in messages:
+                    changed = self._apply(message.key, message.value) or changed
+            if not self._caught_up.is_set():
+                await self._check_caught_up(consumer)
+            if changed:
+                self._notify()
+
+    async def _check_caught_up(self, consumer: AIOKafkaConsumer) -> None:
+        for tp, end in self._ends.items():
+            if await consumer.position(tp) < end:
+                return
+        self._caught_up.set()
+        self._notify()
+
+    def _apply(self, key: bytes | None, value: bytes | None) -> bool:
+        if key is None:
+            return False
+        approval_id = key.decode("utf-8", "replace")
+        if value is None:  # a tombstone: the record was deleted
+            return self.records.pop(approval_id, None) is not None
+        try:
+            record = ApprovalRecord.from_bytes(value)
+        except ToolUsageError:
+            logs.event(logs.WARNING, "approvals view: unreadable record", approval_id=approval_id)
+            return False
+        if self.records.get(approval_id) == record:
+            return False
+        self.records[approval_id] = record
+        return True
+
+    def _notify(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_changed(self, since: int, timeout_s: float) -> int:
+        """Wait until version passes since (or timeout_s); returns the current version."""
+        deadline = time.monotonic() + timeout_s
+        while self.version <= since:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+        return self.version
+
+    async def wait_for(self, predicate: Callable[[ApprovalsView], bool], timeout_s: float) -> bool:
+        """Wait until predicate(self) holds; False when timeout_s passed first."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate(self):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            await self.wait_changed(self.version, remaining)
+        return True
+
+    def get(self, approval_id: str) -> ApprovalRecord | None:
+        return self.records.get(approval_id)
+
+    def select(self, state: ApprovalState | None = None) -> list[ApprovalRecord]:
+        """Records (only those in state, if given), oldest request first."""
+        records = (r for r in self.records.values() if state is None or r.state is state)
+        return sorted(records, key=lambda r: (r.requested_at, r.approval_id))
+
+    def recent_decisions(self, limit: int = 20) -> list[ApprovalRecord]:
+        """Decided records, latest decision first."""
+        decided = [r for r in self.records.values() if r.state in DECIDED_STATES]
+        decided.sort(key=lambda r: (r.decided_at or "", r.approval_id), reverse=True)
+        return decided[:limit]
+
+
+def record_json(record: ApprovalRecord) -> dict[str, Any]:
+    """The API form of a record."""
+    return record.model_dump(mode="json", exclude_none=True)
+
+
+async def snapshot(settings: Settings, timeout_s: float = 30.0) -> ApprovalsView:
+    """A view read up to the topic's current end, then stopped (for the CLI)."""
+    view = ApprovalsView(settings)
+    await view.start()
+    try:
+        await view.wait_caught_up(timeout_s)
+    finally:
+        await view.stop()
+    return view
