@@ -1,4 +1,4 @@
-"""Approval stores for hosts without Kafka tables: in memory, and SQLite (one host)."""
+"""The SQLite approval store: a file shared by the processes of one host."""
 
 from __future__ import annotations
 
@@ -18,80 +18,12 @@ from stream_adapter.approvals import (
     begin_run,
     finish,
 )
-from stream_adapter.errors import ApprovalConflict, ApprovalNotFound
 from stream_adapter.replies import Reply
+from stream_adapter.stores._common import conflict, missing
 
-__all__ = ["MemoryApprovalStore", "SQLiteApprovalStore"]
+__all__ = ["SQLiteApprovalStore"]
 
 T = TypeVar("T")
-
-
-def _missing(approval_id: str) -> ApprovalNotFound:
-    return ApprovalNotFound(f"no approval {approval_id[:80]!r}", approval_id=approval_id)
-
-
-def _conflict(record: ApprovalRecord) -> ApprovalConflict:
-    return ApprovalConflict(
-        f"approval is already {record.state}",
-        tool=record.tool,
-        run_id=record.run_id,
-        call_id=record.call_id,
-        approval_id=record.approval_id,
-    )
-
-
-class MemoryApprovalStore:
-    """Records in a dict behind a lock: one process, lost on exit (tests, single workers)."""
-
-    def __init__(self) -> None:
-        self._records: dict[str, ApprovalRecord] = {}
-        self._lock = threading.Lock()
-
-    def _get(self, approval_id: str) -> ApprovalRecord:
-        record = self._records.get(approval_id)
-        if record is None:
-            raise _missing(approval_id)
-        return record
-
-    async def park(self, record: ApprovalRecord) -> ApprovalRecord:
-        """Insert record unless its approval_id exists; return the stored one."""
-        with self._lock:
-            return self._records.setdefault(record.approval_id, record)
-
-    async def get(self, approval_id: str) -> ApprovalRecord | None:
-        """The record, or None."""
-        return self._records.get(approval_id)
-
-    async def decide(self, approval_id: str, decision: Decision) -> ApprovalRecord:
-        """Apply the first decision; ApprovalNotFound, or ApprovalConflict once decided."""
-        with self._lock:
-            record, changed = apply_decision(self._get(approval_id), decision)
-            if not changed:
-                raise _conflict(record)
-            self._records[approval_id] = record
-            return record
-
-    async def claim(self, approval_id: str) -> tuple[ApprovalRecord, bool]:
-        """approved → running for exactly one caller; others get the current record."""
-        with self._lock:
-            record = self._get(approval_id)
-            if record.state is not ApprovalState.APPROVED:
-                return record, False
-            record = self._records[approval_id] = begin_run(record)
-            return record, True
-
-    async def finish(self, approval_id: str, reply: Reply) -> ApprovalRecord:
-        """running → done with the terminal reply."""
-        with self._lock:
-            record = self._records[approval_id] = finish(self._get(approval_id), reply)
-            return record
-
-    async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:
-        """Records, optionally only those in state, oldest first."""
-        with self._lock:
-            records = [r for r in self._records.values() if state is None or r.state == state]
-        return sorted(records, key=lambda r: r.requested_at)
-
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS approvals (
@@ -149,7 +81,7 @@ class SQLiteApprovalStore:
     def _require(cls, db: sqlite3.Connection, approval_id: str) -> ApprovalRecord:
         record = cls._load(db, approval_id)
         if record is None:
-            raise _missing(approval_id)
+            raise missing(approval_id)
         return record
 
     @staticmethod
@@ -182,7 +114,7 @@ class SQLiteApprovalStore:
         def op(db: sqlite3.Connection) -> ApprovalRecord:
             record, changed = apply_decision(self._require(db, approval_id), decision)
             if not changed or not self._update(db, record, ApprovalState.PENDING):
-                raise _conflict(record)
+                raise conflict(record)
             return record
 
         return await self._run(op)
@@ -207,7 +139,7 @@ class SQLiteApprovalStore:
         def op(db: sqlite3.Connection) -> ApprovalRecord:
             done = finish(self._require(db, approval_id), reply)
             if not self._update(db, done, ApprovalState.RUNNING):
-                raise _conflict(self._require(db, approval_id))
+                raise conflict(self._require(db, approval_id))
             return done
 
         return await self._run(op)

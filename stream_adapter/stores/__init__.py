@@ -1,0 +1,43 @@
+"""Approval stores for hosts without Kafka tables.
+
+| store | shared by | needs |
+|---|---|---|
+| `MemoryApprovalStore` | one process | nothing |
+| `SQLiteApprovalStore` | the processes of one host | nothing |
+| `RedisApprovalStore` | every host reaching one Redis | the `redis` extra |
+| `SQLApprovalStore` | every host reaching one database (PostgreSQL, SQLite) | the `sql` extra |
+
+The shared stores are imported lazily, so `import stream_adapter` never needs redis-py or
+SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from stream_adapter.stores.memory import MemoryApprovalStore
+from stream_adapter.stores.sqlite import SQLiteApprovalStore
+
+if TYPE_CHECKING:
+    from stream_adapter.stores.redis import RedisApprovalStore
+    from stream_adapter.stores.sql import SQLApprovalStore
+
+__all__ = ["MemoryApprovalStore", "RedisApprovalStore", "SQLApprovalStore", "SQLiteApprovalStore"]
+
+_LAZY = {"RedisApprovalStore": "redis", "SQLApprovalStore": "sql"}
+"""Store name → its module here, which is also the name of the extra it needs."""
+
+
+def __getattr__(name: str) -> Any:
+    """Import a shared store on first use; a clear ImportError when its extra is missing."""
+    extra = _LAZY.get(name)
+    if extra is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        module = importlib.import_module(f"{__name__}.{extra}")
+    except ModuleNotFoundError as exc:
+        raise ImportError(
+            f"{name} needs the {extra!r} extra: pip install 'stream-adapter[{extra}]'"
+        ) from exc
+    return getattr(module, name)

@@ -1,0 +1,89 @@
+"""Approval-store logic over two backend primitives: insert-if-absent and compare-and-set.
+
+States only move forward (pending → approved → running → done, or pending → denied) and each
+is entered once, so "the record is still in state S" identifies the record exactly. A write
+guarded by the expected state is therefore enough to make every transition, the claim above
+all, atomic across processes, whatever the backend.
+"""
+
+from __future__ import annotations
+
+import builtins
+from abc import ABC, abstractmethod
+
+from stream_adapter.approvals import (
+    ApprovalRecord,
+    ApprovalState,
+    Decision,
+    apply_decision,
+    begin_run,
+    finish,
+)
+from stream_adapter.replies import Reply
+from stream_adapter.stores._common import conflict, missing
+
+__all__ = ["CompareAndSetStore"]
+
+
+class CompareAndSetStore(ABC):
+    """The ApprovalStore protocol for a backend that offers the four primitives below."""
+
+    @abstractmethod
+    async def _insert(self, record: ApprovalRecord) -> ApprovalRecord:
+        """Store record unless its approval_id exists; return the stored record."""
+
+    @abstractmethod
+    async def _load(self, approval_id: str) -> ApprovalRecord | None:
+        """The stored record, or None."""
+
+    @abstractmethod
+    async def _swap(self, record: ApprovalRecord, expected: ApprovalState) -> bool:
+        """Replace the stored record with record only if it is in state expected."""
+
+    @abstractmethod
+    async def _scan(self, state: ApprovalState | None) -> builtins.list[ApprovalRecord]:
+        """Records (only those in state, when given), oldest first."""
+
+    async def _require(self, approval_id: str) -> ApprovalRecord:
+        record = await self._load(approval_id)
+        if record is None:
+            raise missing(approval_id)
+        return record
+
+    async def park(self, record: ApprovalRecord) -> ApprovalRecord:
+        """Insert record unless its approval_id exists; return the stored one."""
+        return await self._insert(record)
+
+    async def get(self, approval_id: str) -> ApprovalRecord | None:
+        """The record, or None."""
+        return await self._load(approval_id)
+
+    async def decide(self, approval_id: str, decision: Decision) -> ApprovalRecord:
+        """Apply the first decision; ApprovalNotFound, or ApprovalConflict once decided."""
+        decided, changed = apply_decision(await self._require(approval_id), decision)
+        if not changed:
+            raise conflict(decided)
+        if not await self._swap(decided, ApprovalState.PENDING):
+            raise conflict(await self._require(approval_id))  # another decision won the race
+        return decided
+
+    async def claim(self, approval_id: str) -> tuple[ApprovalRecord, bool]:
+        """approved → running for exactly one caller in any process; others get the record."""
+        record = await self._require(approval_id)
+        if record.state is not ApprovalState.APPROVED:
+            return record, False
+        running = begin_run(record)
+        if await self._swap(running, ApprovalState.APPROVED):
+            return running, True
+        return await self._require(approval_id), False
+
+    async def finish(self, approval_id: str, reply: Reply) -> ApprovalRecord:
+        """running → done with the terminal reply."""
+        done = finish(await self._require(approval_id), reply)
+        if not await self._swap(done, ApprovalState.RUNNING):
+            raise conflict(await self._require(approval_id))
+        return done
+
+    async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:
+        """Records, optionally only those in state, oldest first."""
+        return await self._scan(None if state is None else ApprovalState(state))

@@ -1,0 +1,72 @@
+"""The in-memory approval store: one process, lost on exit (tests, single workers)."""
+
+from __future__ import annotations
+
+import builtins
+import threading
+
+from stream_adapter.approvals import (
+    ApprovalRecord,
+    ApprovalState,
+    Decision,
+    apply_decision,
+    begin_run,
+    finish,
+)
+from stream_adapter.replies import Reply
+from stream_adapter.stores._common import conflict, missing
+
+__all__ = ["MemoryApprovalStore"]
+
+
+class MemoryApprovalStore:
+    """Records in a dict behind a lock: one process, lost on exit (tests, single workers)."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, ApprovalRecord] = {}
+        self._lock = threading.Lock()
+
+    def _get(self, approval_id: str) -> ApprovalRecord:
+        record = self._records.get(approval_id)
+        if record is None:
+            raise missing(approval_id)
+        return record
+
+    async def park(self, record: ApprovalRecord) -> ApprovalRecord:
+        """Insert record unless its approval_id exists; return the stored one."""
+        with self._lock:
+            return self._records.setdefault(record.approval_id, record)
+
+    async def get(self, approval_id: str) -> ApprovalRecord | None:
+        """The record, or None."""
+        return self._records.get(approval_id)
+
+    async def decide(self, approval_id: str, decision: Decision) -> ApprovalRecord:
+        """Apply the first decision; ApprovalNotFound, or ApprovalConflict once decided."""
+        with self._lock:
+            record, changed = apply_decision(self._get(approval_id), decision)
+            if not changed:
+                raise conflict(record)
+            self._records[approval_id] = record
+            return record
+
+    async def claim(self, approval_id: str) -> tuple[ApprovalRecord, bool]:
+        """approved → running for exactly one caller; others get the current record."""
+        with self._lock:
+            record = self._get(approval_id)
+            if record.state is not ApprovalState.APPROVED:
+                return record, False
+            record = self._records[approval_id] = begin_run(record)
+            return record, True
+
+    async def finish(self, approval_id: str, reply: Reply) -> ApprovalRecord:
+        """running → done with the terminal reply."""
+        with self._lock:
+            record = self._records[approval_id] = finish(self._get(approval_id), reply)
+            return record
+
+    async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:
+        """Records, optionally only those in state, oldest first."""
+        with self._lock:
+            records = [r for r in self._records.values() if state is None or r.state == state]
+        return sorted(records, key=lambda r: r.requested_at)

@@ -1,0 +1,135 @@
+"""The Redis approval store: shared by every process and host that reaches one Redis.
+
+For function hosts whose containers die between invocations. Each transition is one Lua
+script (atomic in Redis), guarded by the record's expected state, so exactly one caller in
+any process wins a claim. Needs the ``redis`` extra (redis-py's asyncio client).
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
+
+from stream_adapter.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.runners import LoopLocal
+from stream_adapter.stores._cas import CompareAndSetStore
+from stream_adapter.stores._common import unavailable_on
+
+__all__ = ["RedisApprovalStore"]
+
+# KEYS: record hash, index zset. ARGV: state, record bytes, index score, approval_id.
+_INSERT = """
+if redis.call('HSETNX', KEYS[1], 'state', ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'record', ARGV[2])
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+  return ARGV[2]
+end
+return redis.call('HGET', KEYS[1], 'record')
+"""
+
+# KEYS: record hash. ARGV: expected state, new state, new record bytes.
+_SWAP = """
+if redis.call('HGET', KEYS[1], 'state') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'state', ARGV[2], 'record', ARGV[3])
+  return 1
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class _Conn:
+    """One loop's client and its registered scripts."""
+
+    client: Redis
+    insert: AsyncScript
+    swap: AsyncScript
+
+
+def _score(record: ApprovalRecord) -> float:
+    """requested_at as epoch milliseconds, the index's sort key."""
+    try:
+        return datetime.fromisoformat(record.requested_at).timestamp() * 1000
+    except ValueError:
+        return 0.0
+
+
+class RedisApprovalStore(CompareAndSetStore):
+    """Approval records in Redis hashes, with a sorted set by request time for listing.
+
+    Keys share the hash tag ``{namespace}``, so the scripts also run on Redis Cluster. A
+    client is built lazily per event loop (a LoopLocal): warm invocations on the shared loop
+    reuse one connection pool, and a fresh loop per invocation (RunSync) gets its own.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        namespace: str = "stream-adapter",
+        **client_options: Any,
+    ) -> None:
+        self.url = url
+        self.namespace = namespace
+        tag = "{" + namespace + "}"
+        self._prefix = f"{tag}:approval:"
+        self._index = f"{tag}:approvals"
+        self._options = client_options
+        self._conns: LoopLocal[_Conn] = LoopLocal(self._connect)
+
+    def _connect(self) -> _Conn:
+        client = Redis.from_url(self.url, **self._options)
+        return _Conn(client, client.register_script(_INSERT), client.register_script(_SWAP))
+
+    def _key(self, approval_id: str) -> str:
+        return self._prefix + approval_id
+
+    async def _insert(self, record: ApprovalRecord) -> ApprovalRecord:
+        conn = self._conns.get()
+        with unavailable_on(RedisError, OSError):
+            stored = await conn.insert(
+                keys=[self._key(record.approval_id), self._index],
+                args=[record.state.value, record.to_bytes(), _score(record), record.approval_id],
+            )
+        return ApprovalRecord.from_bytes(stored)
+
+    async def _load(self, approval_id: str) -> ApprovalRecord | None:
+        conn = self._conns.get()
+        with unavailable_on(RedisError, OSError):
+            data = await conn.client.hget(self._key(approval_id), "record")
+        return None if data is None else ApprovalRecord.from_bytes(data)
+
+    async def _swap(self, record: ApprovalRecord, expected: ApprovalState) -> bool:
+        conn = self._conns.get()
+        with unavailable_on(RedisError, OSError):
+            swapped = await conn.swap(
+                keys=[self._key(record.approval_id)],
+                args=[expected.value, record.state.value, record.to_bytes()],
+            )
+        return int(swapped) == 1
+
+    async def _scan(self, state: ApprovalState | None) -> builtins.list[ApprovalRecord]:
+        conn = self._conns.get()
+        with unavailable_on(RedisError, OSError):
+            ids = await conn.client.zrange(self._index, 0, -1)
+            if not ids:
+                return []
+            async with conn.client.pipeline(transaction=False) as pipe:
+                for member in ids:
+                    approval_id = member.decode() if isinstance(member, bytes) else str(member)
+                    pipe.hget(self._key(approval_id), "record")
+                blobs = await pipe.execute()
+        records = [ApprovalRecord.from_bytes(blob) for blob in blobs if blob is not None]
+        return [r for r in records if state is None or r.state == state]
+
+    async def aclose(self) -> None:
+        """Close the running loop's client (a new one is built on next use)."""
+        conn = self._conns.pop()
+        if conn is not None:
+            await conn.client.aclose()
