@@ -1,5 +1,7 @@
 """stream-adapter: run AI-agent tool calls from Kafka, with approvals and crash-safe commits."""
 
+from typing import TYPE_CHECKING, Any
+
 from stream_adapter.approvals import (
     ApprovalRecord,
     ApprovalState,
@@ -26,8 +28,12 @@ from stream_adapter.handler import handle_envelope, record_decision
 from stream_adapter.logs import configure_logging
 from stream_adapter.replies import Reply
 from stream_adapter.runners import LoopLocal, LoopRunner, Runner, RunSync, run_sync
+from stream_adapter.serverless import tool_handler
 from stream_adapter.stores import MemoryApprovalStore, SQLiteApprovalStore
 from stream_adapter.tools import CallContext, Tool, ToolRegistry, current_call
+
+if TYPE_CHECKING:
+    from stream_adapter.stores import RedisApprovalStore, SQLApprovalStore
 
 __all__ = [
     "MAX_ENVELOPE_BYTES",
@@ -46,9 +52,11 @@ __all__ = [
     "LoopLocal",
     "LoopRunner",
     "MemoryApprovalStore",
+    "RedisApprovalStore",
     "Reply",
     "RunSync",
     "Runner",
+    "SQLApprovalStore",
     "SQLiteApprovalStore",
     "Tool",
     "ToolFailed",
@@ -65,4 +73,14 @@ __all__ = [
     "problem",
     "record_decision",
     "run_sync",
+    "tool_handler",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The shared stores load on first use: their extras (redis, sql) stay optional."""
+    if name in ("RedisApprovalStore", "SQLApprovalStore"):
+        from stream_adapter import stores
+
+        return getattr(stores, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,210 @@
+"""tool_handler: a sync function-host entry point (Lambda and alike) over handle_envelope.
+
+SPEC §15. One invocation is one event: an SQS batch, an MSK / self-managed Kafka batch, an
+EventBridge event, or the envelope itself. Each invocation runs within
+``min(timeout, remaining time - margin_s)`` seconds; what is not done by then is failed, so
+the host delivers it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from stream_adapter import logs
+from stream_adapter.errors import AdapterError, ToolTimeout
+from stream_adapter.events import (
+    EventKind,
+    Message,
+    event_kind,
+    is_fifo,
+    kafka_messages,
+    sqs_messages,
+)
+from stream_adapter.executor import Executor
+from stream_adapter.handler import handle_envelope
+from stream_adapter.replies import Reply
+from stream_adapter.runners import Runner, default_runner
+
+__all__ = ["Handler", "budget_s", "tool_handler"]
+
+Handler = Callable[..., Any]
+"""``handler(event, context=None)``: a reply, ``{"batchItemFailures": [...]}``, or a raise."""
+
+
+def budget_s(timeout: float, margin_s: float, context: Any) -> float:
+    """Seconds this invocation may run: the timeout, capped by the host's remaining time."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if callable(remaining):
+        return min(timeout, float(remaining()) / 1000.0 - margin_s)
+    return timeout
+
+
+class _Batch:
+    """Which messages of a batch were done; every other one is reported failed."""
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        self.messages = messages
+        self.done = [False] * len(messages)
+        self.errors: dict[int, BaseException] = {}
+
+    def failures(self) -> list[dict[str, str]]:
+        seen: dict[str, None] = {}
+        for message, done in zip(self.messages, self.done, strict=True):
+            if not done:
+                seen.setdefault(message.message_id, None)
+        return [{"itemIdentifier": message_id} for message_id in seen]
+
+
+def tool_handler(
+    executor: Executor,
+    *,
+    tools: Collection[str] | None = None,
+    timeout: float = 60.0,
+    margin_s: float = 1.0,
+    runner: Runner | None = None,
+) -> Handler:
+    """A sync ``handler(event, context=None)`` that runs the event's envelopes through executor.
+
+    - SQS batch: messages in order; returns ``{"batchItemFailures": [...]}`` naming every
+      message not done (failed, or unreached when time ran out). A FIFO queue stops at its
+      first failure, so that message and all later ones are failed and order holds.
+    - MSK / self-managed Kafka: partitions run concurrently, each in offset order; the first
+      failure stops the batch and raises it, so Lambda retries the batch (at least once, like
+      the topology). Success returns an empty ``batchItemFailures``.
+    - EventBridge (the envelope in ``detail``) and direct invokes return the reply; errors
+      raise. Without ``runner``, every handler shares the process's warm loop.
+    """
+
+    async def run_one(message: Message, source: EventKind) -> Reply:
+        return await handle_envelope(
+            executor, message.body, tools=tools, message_id=message.message_id, source=source
+        )
+
+    def handler(event: Any, context: Any = None) -> Any:
+        limit = budget_s(timeout, margin_s, context)
+        active = runner or default_runner()
+        kind = event_kind(event)
+        if kind is EventKind.SQS:
+            return _sqs(active, run_one, event, limit)
+        if kind is EventKind.KAFKA:
+            return _kafka(active, run_one, event, limit)
+        if kind is EventKind.EVENTBRIDGE:
+            message = Message(str(event.get("id", "")), event["detail"])
+        else:
+            message_id = getattr(context, "aws_request_id", "") or ""
+            message = Message(str(message_id), event)
+        return _single(active, lambda: run_one(message, kind), message, kind, limit)
+
+    return handler
+
+
+RunOne = Callable[[Message, EventKind], Awaitable[Reply]]
+
+
+def _failed(message: Message, source: EventKind, exc: BaseException) -> None:
+    if isinstance(exc, AdapterError):
+        logs.event(
+            logs.WARNING,
+            "message failed",
+            message_id=message.message_id,
+            source=source,
+            tool=exc.tool,
+            approval_id=exc.approval_id,
+            error_kind=exc.kind,
+        )
+    else:  # a bug below the adapter: fail this message, keep the rest of the batch
+        logs.event(
+            logs.ERROR,
+            "message failed unexpectedly",
+            message_id=message.message_id,
+            source=source,
+            error_kind=type(exc).__name__,
+        )
+
+
+def _out_of_time(source: EventKind) -> None:
+    logs.event(logs.WARNING, "time budget ran out", source=source)
+
+
+def _run_batch(runner: Runner, work: Callable[[], Awaitable[None]], limit: float) -> bool:
+    """Run work within limit seconds; False when time ran out first (or there was none)."""
+    if limit <= 0:
+        return False
+    try:
+        runner.run(work, timeout=limit)
+    except TimeoutError:
+        return False
+    return True
+
+
+def _sqs(runner: Runner, run_one: RunOne, event: Mapping[str, Any], limit: float) -> Any:
+    batch = _Batch(sqs_messages(event))
+    fifo = is_fifo(event)
+
+    async def work() -> None:
+        for index, message in enumerate(batch.messages):
+            try:
+                await run_one(message, EventKind.SQS)
+            except Exception as exc:
+                _failed(message, EventKind.SQS, exc)
+                if fifo:
+                    return  # later messages stay undone: they are failed too, order holds
+                continue
+            batch.done[index] = True
+
+    if not _run_batch(runner, work, limit):
+        _out_of_time(EventKind.SQS)
+    return {"batchItemFailures": batch.failures()}
+
+
+def _kafka(runner: Runner, run_one: RunOne, event: Mapping[str, Any], limit: float) -> Any:
+    groups = kafka_messages(event)
+    batch = _Batch([message for group in groups for message in group])
+    stop = asyncio.Event()
+
+    async def partition(first: int, group: list[Message]) -> None:
+        for index, message in enumerate(group, start=first):
+            if stop.is_set():
+                return
+            try:
+                await run_one(message, EventKind.KAFKA)
+            except Exception as exc:
+                _failed(message, EventKind.KAFKA, exc)
+                batch.errors[index] = exc
+                stop.set()  # the batch will be retried whole: start nothing more
+                return
+            batch.done[index] = True
+
+    async def work() -> None:
+        starts = [sum(len(g) for g in groups[:i]) for i in range(len(groups))]
+        await asyncio.gather(*(partition(s, g) for s, g in zip(starts, groups, strict=True)))
+
+    in_time = _run_batch(runner, work, limit)
+    if batch.errors:
+        raise batch.errors[min(batch.errors)]
+    if not in_time:
+        _out_of_time(EventKind.KAFKA)
+        raise ToolTimeout("time budget ran out before the batch was done")
+    return {"batchItemFailures": []}
+
+
+def _single(
+    runner: Runner,
+    work: Callable[[], Awaitable[Reply]],
+    message: Message,
+    source: EventKind,
+    limit: float,
+) -> Reply:
+    if limit <= 0:
+        _out_of_time(source)
+        raise ToolTimeout("no time left for this invocation")
+    try:
+        return runner.run(work, timeout=limit)
+    except TimeoutError:
+        _out_of_time(source)
+        raise ToolTimeout("time budget ran out") from None
+    except Exception as exc:
+        _failed(message, source, exc)
+        raise
