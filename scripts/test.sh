@@ -15,6 +15,8 @@ fi
 for tool in java mvn; do
   command -v "$tool" >/dev/null || { echo "error: $tool is needed for the local Kafka broker" >&2; exit 1; }
 done
+# Debian's Chromium for the review service's browser test (Playwright drives it).
+bash scripts/browser.sh install
 # Fetch the broker's jars once (cached in .kafka/libs), so no test pays for it.
 "$VENV/bin/python" -c "from stream_adapter.broker import local; local.ensure_jars(local.BrokerConfig(jars_dir=__import__('pathlib').Path('.kafka/libs')))"
 

@@ -133,7 +133,7 @@ async def _decide(settings: Settings, approval_id: str, **decision: Any) -> Any:
 
 @approvals.command("decide")
 @click.argument("approval_id")
-@click.option("--approve/--deny", "approved", required=True, default=None)
+@click.option("--approve/--deny", "approved", default=None, help="The verdict (required).")
 @click.option("--reviewer", required=True, help="Who decides (recorded on the approval).")
 @click.option("--reason", default=None, help="Why (kept in the record, never logged).")
 @click.option(
@@ -148,7 +148,7 @@ async def _decide(settings: Settings, approval_id: str, **decision: Any) -> Any:
 def approvals_decide(
     settings: Settings,
     approval_id: str,
-    approved: bool,
+    approved: bool | None,
     reviewer: str,
     reason: str | None,
     wait_s: float,
@@ -157,6 +157,8 @@ def approvals_decide(
 
     Exit 1 when it is unknown or not pending (nothing is written then).
     """
+    if approved is None:
+        raise click.UsageError("say --approve or --deny")
     try:
         outcome = asyncio.run(
             _decide(

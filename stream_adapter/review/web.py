@@ -61,6 +61,9 @@ class ReviewService:
 
 
 SERVICE = web.AppKey("service", ReviewService)
+NONCE = web.RequestKey("nonce", str)
+REVIEWER = web.RequestKey("reviewer", str)
+SESSION = web.RequestKey("session", Session)
 
 
 def auth(kind: AuthKind) -> Callable[[Handler], Handler]:
@@ -113,7 +116,7 @@ def _login_response(request: web.Request, *, error: str | None = None) -> web.Re
     """401 with the login form, and a fresh nonce cookie its CSRF token is bound to."""
     service = _service(request)
     nonce = secrets.token_urlsafe(16)
-    html = pages.login_page(service.sessions.login_csrf(nonce), request["nonce"], error=error)
+    html = pages.login_page(service.sessions.login_csrf(nonce), request[NONCE], error=error)
     response = _html(html, 401)
     response.headers["WWW-Authenticate"] = REALM
     response.set_cookie(
@@ -158,7 +161,7 @@ def _session(request: web.Request) -> Session:
 @web.middleware
 async def security_headers(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A CSP nonce per response, no caching, no sniffing, no framing, no referrer."""
-    request["nonce"] = nonce = secrets.token_urlsafe(16)
+    request[NONCE] = nonce = secrets.token_urlsafe(16)
     try:
         response = await handler(request)
     except web.HTTPException as exc:
@@ -184,11 +187,11 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     api = request.path.startswith("/api/")
     try:
         if kind == "api" or (kind is None and api):
-            request["reviewer"] = await _bearer(request)
+            request[REVIEWER] = await _bearer(request)
         elif kind == "page" or kind is None:
             session = _session(request)
-            request["session"] = session
-            request["reviewer"] = session.name
+            request[SESSION] = session
+            request[REVIEWER] = session.name
     except Unauthenticated as exc:
         logs.event(logs.INFO, "review: unauthenticated request", path=request.path)
         if kind == "api" or (kind is None and api):
@@ -209,13 +212,13 @@ def _page(
     request: web.Request, *, notice: str | None = None, alert: str | None = None, status: int = 200
 ) -> web.Response:
     service = _service(request)
-    session: Session = request["session"]
+    session: Session = request[SESSION]
     csrf = service.sessions.csrf_token(session)
     view = service.view
     html = pages.main_page(
         session.name,
         csrf,
-        request["nonce"],
+        request[NONCE],
         _fragment(service, csrf),
         view.version,
         notice=notice,
@@ -247,7 +250,7 @@ async def live(request: web.Request) -> web.StreamResponse:
     except ValueError:
         since = -1
     version = await service.view.wait_changed(since, LONG_POLL_S)
-    csrf = service.sessions.csrf_token(request["session"])
+    csrf = service.sessions.csrf_token(request[SESSION])
     response = _html(_fragment(service, csrf))
     response.headers["X-View-Version"] = str(version)
     return response
@@ -257,7 +260,7 @@ async def live(request: web.Request) -> web.StreamResponse:
 async def decide_form(request: web.Request) -> web.StreamResponse:
     """Approve or deny from the page; 409 with a message when the approval is not pending."""
     service = _service(request)
-    session: Session = request["session"]
+    session: Session = request[SESSION]
     form = await request.post()
     try:
         service.sessions.check_csrf(session, str(form.get("csrf", "")))
@@ -334,7 +337,7 @@ async def logout(request: web.Request) -> web.StreamResponse:
     service = _service(request)
     form = await request.post()
     try:
-        service.sessions.check_csrf(request["session"], str(form.get("csrf", "")))
+        service.sessions.check_csrf(request[SESSION], str(form.get("csrf", "")))
     except Forbidden as exc:
         return _page(request, alert=exc.detail, status=403)
     response = _redirect("/login")
@@ -380,7 +383,7 @@ async def api_decide(request: web.Request) -> web.StreamResponse:
             'the body is {"approved": bool, "reason"?: str}; the reviewer comes from the token'
         ) from None
     outcome = await _service(request).decider.decide(
-        approval_id, approved=body.approved, reviewer=request["reviewer"], reason=body.reason
+        approval_id, approved=body.approved, reviewer=request[REVIEWER], reason=body.reason
     )
     if outcome.record is None:
         sent: dict[str, Any] = outcome.decision.model_dump(exclude_none=True)
