@@ -18,6 +18,7 @@ from stream_adapter.broker import local
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import create_topics
 from tests.harness import ROOT, Client, WorkerProcess, make_settings
+from tests.services import postgres_server, postgres_url, redis_namespace, redis_server  # noqa: F401
 
 KAFKA_IMAGE = f"apache/kafka:{local.KAFKA_VERSION}"
 JARS_DIR = ROOT / ".kafka" / "libs"
