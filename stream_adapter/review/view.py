@@ -26,6 +26,19 @@ DECIDED_STATES = frozenset(
 )
 
 
+ASSIGN_TIMEOUT_S = 30.0
+
+
+async def _assignment(consumer: AIOKafkaConsumer, timeout_s: float) -> list[TopicPartition]:
+    """The partitions a group-less consumer got, once its metadata has arrived."""
+    deadline = time.monotonic() + timeout_s
+    while not consumer.assignment():
+        if time.monotonic() > deadline:
+            raise BrokerError("no partitions of the approvals topic were assigned")
+        await asyncio.sleep(0.05)
+    return sorted(consumer.assignment())
+
+
 class ApprovalsView:
     """Records by approval_id as the approvals topic has them; `version` counts changes."""
 
@@ -43,8 +56,10 @@ class ApprovalsView:
         """Connect, assign every partition from the beginning and start following the topic."""
         topic = self.settings.approvals_topic
         consumer = AIOKafkaConsumer(
+            topic,
             bootstrap_servers=self.settings.bootstrap_servers,
-            group_id=None,
+            group_id=None,  # no group: every partition is assigned to this consumer
+            auto_offset_reset="earliest",
             enable_auto_commit=False,
             isolation_level="read_committed",
             client_id=f"{self.settings.app_id}-review-view",
@@ -53,10 +68,7 @@ class ApprovalsView:
             await consumer.start()
             if topic not in await consumer.topics():
                 raise BrokerError(f"topic {topic!r} is missing: run `stream-adapter topics create`")
-            partitions = sorted(consumer.partitions_for_topic(topic) or ())
-            tps = [TopicPartition(topic, p) for p in partitions]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
+            tps = await _assignment(consumer, ASSIGN_TIMEOUT_S)
             self._ends = {tp: end for tp, end in (await consumer.end_offsets(tps)).items() if end}
         except BrokerError:
             await consumer.stop()

@@ -1,0 +1,148 @@
+"""Running the review service as a real process (`stream-adapter review`) for integration tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from stream_adapter.broker.local import free_port
+from stream_adapter.settings import Settings
+from tests.harness import ROOT, Client, settings_env, wait_for
+
+
+def cli(
+    settings: Settings, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `stream-adapter ARGS` with the test's settings; returns the finished process."""
+    full = {**os.environ, **settings_env(settings), **(env or {})}
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "stream_adapter", *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def add_reviewer(settings: Settings, name: str) -> str:
+    """`stream-adapter reviewers add NAME --token-only`: the new reviewer's token."""
+    done = cli(settings, "reviewers", "add", name, "--token-only")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@dataclass
+class ReviewProcess:
+    """`stream-adapter review` in a subprocess on a free port, logging to a file."""
+
+    settings: Settings
+    workdir: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "review.log"
+
+    def start(self) -> ReviewProcess:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **settings_env(self.settings), **self.extra_env}
+        env["STREAM_ADAPTER_REVIEW_PORT"] = str(self.port)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "stream_adapter", "review"],
+            cwd=self.workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    async def ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until the service says it listens (it does so once its view has caught up)."""
+
+        def check() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"review service exited early:\n{self.log_text()[-4000:]}")
+            return "review service listening on" in self.log_text()
+
+        await wait_for(check, timeout_s=timeout_s, what="the review service to listen")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+class Api:
+    """The review service's JSON API with one reviewer's bearer token."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str, token: str) -> None:
+        self.session = session
+        self.base = base.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        async with self.session.request(
+            method, self.base + path, headers=self.headers, **kwargs
+        ) as response:
+            return response.status, await response.json(content_type=None)
+
+    async def record(self, approval_id: str) -> dict[str, Any]:
+        status, body = await self.request("GET", f"/api/approvals/{approval_id}")
+        assert status == 200, body
+        return dict(body)
+
+    async def wait_listed(self, approval_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Wait until the service's view has the approval; returns its record."""
+
+        async def check() -> dict[str, Any] | None:
+            status, body = await self.request("GET", f"/api/approvals/{approval_id}")
+            return dict(body) if status == 200 else None
+
+        found: dict[str, Any] = await wait_for(
+            check, timeout_s=timeout_s, what=f"the view to list {approval_id}"
+        )
+        return found
+
+
+async def park_invoice(client: Client, run_id: str, customer: str = "acme") -> str:
+    """Produce a real send_invoice call and wait for its pending_approval reply: the approval_id."""
+    await client.send(
+        {
+            "tool": "send_invoice",
+            "arguments": {"customer": customer, "amount_cents": 1250},
+            "run_id": run_id,
+            "call_id": f"{run_id}-call",
+        },
+        key=run_id.encode(),
+    )
+    reply = await client.reply_for(status="pending_approval", run_id=run_id)
+    return str(reply["approval_id"])
+
+
+def ledger_lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
