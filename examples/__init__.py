@@ -1,0 +1,1 @@
+"""Host recipes for the core: tested, documented examples (see docs/hosts.md)."""

@@ -1,0 +1,39 @@
+"""The backend every recipe shares: the demo tools over an approval store chosen by URL.
+
+``STREAM_ADAPTER_APPROVAL_STORE`` names the store: ``redis://host:6379/0#namespace``, a
+SQLAlchemy async URL (``postgresql+asyncpg://...``, ``sqlite+aiosqlite:///file.db``), or
+nothing for an in-memory store (one process only).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from urllib.parse import urldefrag
+
+from stream_adapter import ApprovalStore, Executor, MemoryApprovalStore
+from topologies.demo import TOOLS, build_executor
+
+__all__ = ["STORE_ENV", "TOOLS", "executor", "store_from_url"]
+
+STORE_ENV = "STREAM_ADAPTER_APPROVAL_STORE"
+
+
+def store_from_url(url: str) -> ApprovalStore:
+    """The approval store a URL names; in memory for an empty one."""
+    if not url:
+        return MemoryApprovalStore()
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        from stream_adapter import RedisApprovalStore
+
+        address, namespace = urldefrag(url)
+        return RedisApprovalStore(address, namespace=namespace or "stream-adapter")
+    from stream_adapter import SQLApprovalStore
+
+    return SQLApprovalStore(url)
+
+
+@functools.cache
+def executor() -> Executor:
+    """Built once per process (per container on a function host), then reused warm."""
+    return build_executor(store_from_url(os.environ.get(STORE_ENV, "")))

@@ -1,0 +1,127 @@
+"""Queue recipes: an async consumer, a sync job, a workflow activity, a Pub/Sub push body.
+
+Every queue hands over a body and a delivery id; handle_envelope takes both. What to do with
+the message follows from the reply or the error:
+
+| outcome | do |
+|---|---|
+| ``ok``, ``pending_approval``, ``already_done`` | ack |
+| a retryable AdapterError (``ToolTimeout``, a retryable ``ToolFailed``) | no ack: redelivered |
+| any other AdapterError (bad envelope, denied, unknown tool) | dead-letter (and ack) |
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from examples.backend import TOOLS, executor
+from stream_adapter import (
+    AdapterError,
+    LoopRunner,
+    Reply,
+    ToolUsageError,
+    error_reply,
+    handle_envelope,
+)
+
+__all__ = [
+    "JOB_TIMEOUT_S",
+    "RUNNER",
+    "Queue",
+    "QueueMessage",
+    "consume_once",
+    "pubsub_push",
+    "tool_activity",
+    "tool_job",
+]
+
+
+class QueueMessage(Protocol):
+    """What a queue client hands over: a stable delivery id and the raw body."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+
+class Queue(Protocol):
+    """The three calls an async consumer needs (aiobotocore SQS, Pub/Sub pull, Arq, ...)."""
+
+    async def receive(self) -> Sequence[QueueMessage]: ...
+
+    async def ack(self, message: QueueMessage) -> None: ...
+
+    async def dead_letter(self, message: QueueMessage) -> None: ...
+
+
+async def consume_once(queue: Queue, *, source: str = "queue") -> list[Reply]:
+    """One poll: run each message, then ack, dead-letter or leave it for redelivery."""
+    replies = []
+    for message in await queue.receive():
+        try:
+            reply = await handle_envelope(
+                executor(), message.body, tools=TOOLS, message_id=message.id, source=source
+            )
+        except AdapterError as exc:
+            if not exc.retryable:  # retrying cannot help: park it where people look
+                await queue.dead_letter(message)
+            continue  # retryable: no ack, the queue delivers it again
+        await queue.ack(message)  # pending_approval is done too: a resume runs it later
+        replies.append(reply)
+    return replies
+
+
+RUNNER = LoopRunner(name="jobs-loop")
+"""One warm loop per worker process, shared by every job (clients stay open across jobs)."""
+
+JOB_TIMEOUT_S = 60.0
+
+
+def tool_job(payload: Mapping[str, Any], *, job_id: str = "") -> Reply:
+    """A sync job body (RQ, Dramatiq, Huey): errors raise, so the job runner records them.
+
+    Pass the job's id as job_id when the runner retries a job under the same id: a retried
+    confirm call then finds its own approval instead of asking twice.
+    """
+    return RUNNER.run(
+        lambda: handle_envelope(executor(), payload, tools=TOOLS, message_id=job_id, source="job"),
+        timeout=JOB_TIMEOUT_S,
+    )
+
+
+async def tool_activity(payload: Mapping[str, Any], *, activity_id: str = "") -> Reply:
+    """A workflow activity (Temporal): call it from an activity, never from workflow code.
+
+    Workflow code is replayed; an activity runs once per attempt. activity_id should be stable
+    across the activity's retries (for example workflow id + activity id). A
+    ``pending_approval`` reply means: wait for a signal, then run a resume activity.
+    """
+    return await handle_envelope(
+        executor(), payload, tools=TOOLS, message_id=activity_id, source="workflow"
+    )
+
+
+async def pubsub_push(body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+    """A Pub/Sub push request: ``(http_status, body)``; any non-2xx makes Pub/Sub redeliver.
+
+    Configure a dead-letter topic with a maximum number of delivery attempts, so a message
+    that can never succeed ends there instead of being pushed forever.
+    """
+    try:
+        message = body["message"]
+        data = base64.b64decode(message["data"], validate=True)
+        message_id = str(message["messageId"])
+    except (KeyError, TypeError, binascii.Error, ValueError):
+        return error_reply(ToolUsageError("not a Pub/Sub push body"))
+    try:
+        reply = await handle_envelope(
+            executor(), data, tools=TOOLS, message_id=message_id, source="pubsub"
+        )
+    except AdapterError as exc:
+        return error_reply(exc)
+    return 200, reply

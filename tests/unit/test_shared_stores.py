@@ -1,0 +1,200 @@
+"""The shared approval stores (Redis; SQL on PostgreSQL and SQLite) across processes.
+
+The store protocol suite of test_stores runs against each of them too. The services come from
+tests/services.py: a redis-server and a PostgreSQL cluster per session, a namespace or a
+database per test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examples.backend import store_from_url
+from stream_adapter import BrokerError, handle_envelope, record_decision
+from stream_adapter.approvals import ApprovalStore
+from tests.unit.aws_events import sqs_event
+from tests.unit.test_stores import (  # the protocol suite, run again with this module's store
+    test_100_concurrent_resumes_run_once,
+    test_claim_and_finish,
+    test_decide,
+    test_list,
+    test_park_is_insert_if_absent,
+    test_protocol_is_met,
+)
+from topologies.demo import build_executor
+
+__all__ = [
+    "test_100_concurrent_resumes_run_once",
+    "test_claim_and_finish",
+    "test_decide",
+    "test_list",
+    "test_park_is_insert_if_absent",
+    "test_protocol_is_met",
+]
+
+ROOT = Path(__file__).parent.parent.parent
+STEPS = Path(__file__).parent / "shared_steps.py"
+KINDS = ["redis", "sql-postgres", "sql-sqlite"]
+INVOICE = {"tool": "send_invoice", "arguments": {"customer": "acme", "amount_cents": 1250}}
+
+
+def store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL for a fresh, empty store of kind (the services start on first use)."""
+    if kind == "redis":
+        server = request.getfixturevalue("redis_server")
+        return f"{server}#{request.getfixturevalue('redis_namespace')}"
+    if kind == "sql-postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return f"sqlite+aiosqlite:///{tmp_path / 'approvals.db'}"
+
+
+@pytest.fixture(params=KINDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return store_url(request.param, request, tmp_path)
+
+
+@pytest.fixture
+async def store(url: str) -> AsyncIterator[ApprovalStore]:
+    shared = store_from_url(url)
+    yield shared
+    await shared.aclose()  # type: ignore[attr-defined]
+
+
+def child_env(url: str, ledger: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "STREAM_ADAPTER_APPROVAL_STORE": url,
+        "STREAM_ADAPTER_DEMO_LEDGER": str(ledger),
+    }
+
+
+def step(env: dict[str, str], *args: str) -> Any:
+    """Run one step in a new process (a new container) and return what it printed."""
+    done = subprocess.run(
+        [sys.executable, str(STEPS), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def invoke(env: dict[str, str], *calls: tuple[Any, str]) -> list[Any]:
+    """Invoke the example handler in a new process (a new container), once per call."""
+    return list(step(env, "invoke", json.dumps(calls)))
+
+
+@pytest.mark.parametrize("kind", ["redis", "sql-postgres"])
+def test_approvals_across_invocations_in_separate_processes(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    env = child_env(store_url(kind, request, tmp_path), tmp_path / "ledger.jsonl")
+    # Container 1: the call parks and answers pending_approval.
+    [call] = invoke(env, (INVOICE, "req-call-1"))
+    assert call["status"] == "pending_approval"
+    # The review app (another process): the decision goes into the shared store.
+    review = step(env, "review", call["approval_id"])
+    assert review == {"status": 200, "sent": [{"approval_id": call["approval_id"]}]}
+    resume = review["sent"][0]
+    # Container 2: the resume runs the call once.
+    [done] = invoke(env, (resume, "req-resume-1"))
+    assert done["status"] == "ok"
+    assert done["result"] == {"invoiced": "acme", "amount_cents": 1250}
+    # Container 3: the resume redelivered (directly, then by SQS) and the call redelivered.
+    again, by_sqs, call_again = invoke(
+        env, (resume, "req-resume-1"), (sqs_event([resume]), ""), (INVOICE, "req-call-1")
+    )
+    assert again["status"] == "already_done" and again["outcome"] == done
+    assert by_sqs == {"batchItemFailures": []}  # acked, not dead-lettered
+    assert call_again["status"] == "already_done"
+    ledger = (tmp_path / "ledger.jsonl").read_text().splitlines()
+    assert [json.loads(line)["call_id"] for line in ledger] == [call["call_id"]]
+
+
+def test_fifty_concurrent_resumes_from_four_processes_run_once(url: str, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    approval_id = asyncio.run(_approved(url))
+    env = child_env(url, ledger)
+    children = [
+        subprocess.Popen(
+            [sys.executable, str(STEPS), "burst", approval_id, str(n)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for n in (13, 13, 12, 12)
+    ]
+    for child in children:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready", child.stderr
+    outputs = [child.communicate("go\n", timeout=120) for child in children]
+    assert all(child.returncode == 0 for child in children), [err for _, err in outputs]
+    statuses = [s for out, _ in outputs for s in json.loads(out.strip().splitlines()[-1])]
+    assert len(statuses) == 50
+    assert statuses.count("ok") == 1 and statuses.count("already_done") == 49
+    assert len(ledger.read_text().splitlines()) == 1
+
+
+async def _approved(url: str) -> str:
+    store = store_from_url(url)
+    try:
+        executor = build_executor(store)
+        reply = await handle_envelope(executor, INVOICE, message_id="m-1", source="sqs")
+        assert reply["status"] == "pending_approval"
+        status, _ = await record_decision(
+            executor, reply["approval_id"], reviewer="ann", approved=True
+        )
+        assert status == 200
+        return str(reply["approval_id"])
+    finally:
+        await store.aclose()  # type: ignore[attr-defined]
+
+
+async def test_an_unreachable_store_is_a_retryable_broker_error(tmp_path: Path) -> None:
+    from tests.services import _free_port
+
+    port = _free_port()
+    for url in (f"redis://127.0.0.1:{port}/0", f"postgresql+asyncpg://u@127.0.0.1:{port}/db"):
+        store = store_from_url(url)
+        with pytest.raises(BrokerError) as caught:
+            await store.get("appr_x")
+        assert caught.value.retryable and caught.value.status == 503
+        await store.aclose()  # type: ignore[attr-defined]
+
+
+def test_import_stream_adapter_needs_neither_redis_nor_sqlalchemy() -> None:
+    code = (
+        "import sys, stream_adapter, stream_adapter.stores; "
+        "assert 'redis' not in sys.modules and 'sqlalchemy' not in sys.modules, 'eager'; "
+        "from stream_adapter import SQLApprovalStore; assert 'sqlalchemy' in sys.modules"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+
+
+def test_a_missing_extra_names_itself() -> None:
+    code = (
+        "import sys; sys.modules['redis'] = None\n"
+        "try:\n    from stream_adapter import RedisApprovalStore\n"
+        "except ImportError as exc:\n    assert \"'redis' extra\" in str(exc), exc\n"
+        "else:\n    raise SystemExit('imported')"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
