@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install, a local Kafka broker unless one is configured,
-# the topics, then the demo worker in the foreground (Ctrl-C stops it; the broker keeps running:
-# `.venv/bin/stream-adapter kafka stop`).
+# the topics, the review service in the background, then the demo worker in the foreground
+# (Ctrl-C stops both; the broker keeps running: `.venv/bin/stream-adapter kafka stop`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,4 +20,13 @@ fi
 "$SA" topics create || [ $? -eq 2 ]
 echo "worker: topology ${STREAM_ADAPTER_TOPOLOGY:-topologies.demo}; try:"
 echo "  $SA call echo '{\"x\": 1}'   (or produce an envelope to tool-calls)"
-exec "$SA" worker
+# The review service in the background (log: .data/review.log). The demo reviewer gets a fresh
+# token each run: tokens are kept only as hashes, so an old one cannot be shown again.
+mkdir -p .data
+TOKEN=$("$SA" reviewers add demo --replace --token-only)
+"$SA" review >.data/review.log 2>&1 &
+REVIEW_PID=$!
+trap 'kill "$REVIEW_PID" 2>/dev/null || true' EXIT
+echo "review: http://${STREAM_ADAPTER_REVIEW_HOST:-127.0.0.1}:${STREAM_ADAPTER_REVIEW_PORT:-8080}/"
+echo "  sign in as reviewer demo with the token $TOKEN"
+"$SA" worker
