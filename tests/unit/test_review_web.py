@@ -9,8 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp import test_utils, web
 
 from stream_adapter.approvals import ApprovalRecord, ApprovalState
 from stream_adapter.review.auth import ReviewersFile, Sessions
@@ -19,6 +18,7 @@ from stream_adapter.review.view import ApprovalsView
 from stream_adapter.review.web import ReviewService, build_app
 from stream_adapter.settings import Settings
 
+Http = test_utils.TestClient[web.Request, web.Application]
 PENDING = "appr_pending"
 DONE = "appr_done"
 
@@ -60,8 +60,8 @@ def service(tmp_path: Path) -> ReviewService:
 
 
 @pytest.fixture
-async def client(service: ReviewService) -> AsyncIterator[TestClient[web.Request, web.Application]]:
-    async with TestClient(TestServer(build_app(service))) as result:
+async def client(service: ReviewService) -> AsyncIterator[Http]:
+    async with test_utils.TestClient(test_utils.TestServer(build_app(service))) as result:
         yield result
 
 
@@ -81,9 +81,7 @@ def _routes(app: web.Application) -> list[tuple[str, str]]:
     return out
 
 
-async def test_every_route_answers_401_without_a_credential(
-    client: TestClient[web.Request, web.Application], token: str
-) -> None:
+async def test_every_route_answers_401_without_a_credential(client: Http, token: str) -> None:
     routes = _routes(client.app)
     assert len(routes) >= 9
     for method, path in routes:
@@ -92,9 +90,7 @@ async def test_every_route_answers_401_without_a_credential(
         assert response.headers["WWW-Authenticate"].startswith("Bearer")
 
 
-async def test_every_route_answers_401_for_a_wrong_credential(
-    client: TestClient[web.Request, web.Application], token: str
-) -> None:
+async def test_every_route_answers_401_for_a_wrong_credential(client: Http, token: str) -> None:
     wrong = token.rsplit(".", 1)[0] + ".wrong"
     for method, path in _routes(client.app):
         for headers in ({"Authorization": f"Bearer {wrong}"}, {"Authorization": "Basic eDp5"}):
@@ -106,18 +102,14 @@ async def test_every_route_answers_401_for_a_wrong_credential(
         client.session.cookie_jar.clear()
 
 
-async def test_unknown_paths_need_a_credential_too(
-    client: TestClient[web.Request, web.Application], token: str
-) -> None:
+async def test_unknown_paths_need_a_credential_too(client: Http, token: str) -> None:
     assert (await client.get("/nope")).status == 401
     assert (await client.get("/api/nope")).status == 401
     response = await client.get("/api/nope", headers={"Authorization": f"Bearer {token}"})
     assert response.status == 404
 
 
-async def test_api_lists_filters_and_gets(
-    client: TestClient[web.Request, web.Application], token: str
-) -> None:
+async def test_api_lists_filters_and_gets(client: Http, token: str) -> None:
     auth = {"Authorization": f"Bearer {token}"}
     body = await (await client.get("/api/approvals", headers=auth)).json()
     assert {r["approval_id"] for r in body["approvals"]} == {PENDING, DONE}
@@ -135,7 +127,7 @@ async def test_api_lists_filters_and_gets(
 
 
 async def test_api_decision_refuses_a_reviewer_in_the_body_and_settled_records(
-    client: TestClient[web.Request, web.Application], token: str
+    client: Http, token: str
 ) -> None:
     auth = {"Authorization": f"Bearer {token}"}
     path = f"/api/approvals/{PENDING}/decision"
@@ -153,7 +145,7 @@ async def test_api_decision_refuses_a_reviewer_in_the_body_and_settled_records(
     assert missing.status == 404
 
 
-async def _login(client: TestClient[web.Request, web.Application], token: str) -> str:
+async def _login(client: Http, token: str) -> str:
     page = await client.get("/login")
     assert page.status == 401
     csrf = re.search(r'name="csrf" value="([^"]+)"', await page.text())
@@ -171,7 +163,7 @@ async def _login(client: TestClient[web.Request, web.Application], token: str) -
 
 
 async def test_login_then_the_page_escapes_and_forms_need_the_csrf_token(
-    client: TestClient[web.Request, web.Application], token: str
+    client: Http, token: str
 ) -> None:
     csrf = await _login(client, token)
     page = await (await client.get("/")).text()
@@ -188,9 +180,7 @@ async def test_login_then_the_page_escapes_and_forms_need_the_csrf_token(
     assert "Not decided" in await response.text()
 
 
-async def test_login_needs_the_form_csrf_token_and_a_valid_token(
-    client: TestClient[web.Request, web.Application], token: str
-) -> None:
+async def test_login_needs_the_form_csrf_token_and_a_valid_token(client: Http, token: str) -> None:
     response = await client.post("/login", data={"token": token}, allow_redirects=False)
     assert response.status == 401
     page = await client.get("/login")
@@ -203,7 +193,7 @@ async def test_login_needs_the_form_csrf_token_and_a_valid_token(
 
 
 async def test_removing_a_reviewer_ends_their_sessions(
-    client: TestClient[web.Request, web.Application], token: str, service: ReviewService
+    client: Http, token: str, service: ReviewService
 ) -> None:
     await _login(client, token)
     service.reviewers.remove("ann")
@@ -211,7 +201,7 @@ async def test_removing_a_reviewer_ends_their_sessions(
 
 
 async def test_responses_carry_a_strict_content_security_policy(
-    client: TestClient[web.Request, web.Application],
+    client: Http,
 ) -> None:
     response = await client.get("/login")
     csp = response.headers["Content-Security-Policy"]
