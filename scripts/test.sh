@@ -15,6 +15,8 @@ fi
 for tool in java mvn; do
   command -v "$tool" >/dev/null || { echo "error: $tool is needed for the local Kafka broker" >&2; exit 1; }
 done
+# redis-server and PostgreSQL for the shared approval-store tests (apt, only when missing).
+bash scripts/services.sh install
 # Debian's Chromium for the review service's browser test (Playwright drives it).
 bash scripts/browser.sh install
 # Fetch the broker's jars once (cached in .kafka/libs), so no test pays for it.
