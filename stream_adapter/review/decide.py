@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 import orjson
 from aiokafka import AIOKafkaProducer
+from pydantic import ValidationError
 
 from stream_adapter import logs
 from stream_adapter.approvals import ApprovalRecord, ApprovalState, Decision, utc_now
-from stream_adapter.errors import ApprovalConflict, ApprovalNotFound, BrokerError
+from stream_adapter.errors import ApprovalConflict, ApprovalNotFound, BrokerError, ToolUsageError
 from stream_adapter.review.view import ApprovalsView
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
@@ -134,13 +135,16 @@ class Decider:
     ) -> Outcome:
         """Write a decision on a pending record and wait up to wait_s for the table to show it."""
         self.check(approval_id)  # no await between the check and the mark below
-        decision = Decision(
-            approval_id=approval_id,
-            approved=approved,
-            reviewer=reviewer,
-            reason=reason or None,
-            decided_at=utc_now(),
-        )
+        try:
+            decision = Decision(
+                approval_id=approval_id,
+                approved=approved,
+                reviewer=reviewer,
+                reason=reason or None,
+                decided_at=utc_now(),
+            )
+        except ValidationError:
+            raise ToolUsageError("a reason is at most 4096 characters") from None
         self._sent[approval_id] = decision
         try:
             await self.writer.write(decision)

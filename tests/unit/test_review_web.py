@@ -173,6 +173,8 @@ async def test_login_then_the_page_escapes_and_forms_need_the_csrf_token(
     path = f"/approvals/{PENDING}/decision"
     response = await client.post(path, data={"decision": "approve"}, allow_redirects=False)
     assert response.status == 403
+    long = {"decision": "approve", "csrf": csrf, "reason": "x" * 5000}
+    assert (await client.post(path, data=long)).status == 400
     response = await client.post(
         f"/approvals/{DONE}/decision", data={"decision": "approve", "csrf": csrf}
     )
