@@ -34,6 +34,7 @@ class Settings(BaseSettings):
     decision_keys: str = ""
     retry_attempts: int = Field(default=3, ge=1)
     retry_backoff_s: float = Field(default=0.2, ge=0)
+    session_timeout_s: float = Field(default=10.0, gt=0)
     web_port: int = 6066
     review_host: str = "127.0.0.1"
     review_port: int = Field(default=8080, ge=0, le=65535)

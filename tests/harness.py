@@ -192,6 +192,7 @@ class Client:
         key: bytes | None = None,
         topic: str | None = None,
         headers: Iterable[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
     ) -> tuple[int, int]:
         """Produce one message; returns (partition, offset)."""
         value = payload if isinstance(payload, bytes) else orjson.dumps(payload)
@@ -200,6 +201,7 @@ class Client:
             value,
             key=key,
             headers=list(headers) if headers else None,
+            partition=partition,
         )
         return meta.partition, meta.offset
 

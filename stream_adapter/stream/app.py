@@ -101,6 +101,9 @@ def build_app(
         broker_commit_every=1000,
         broker_commit_interval=0.5,
         stream_wait_empty=True,
+        # A killed worker's partitions move after this long (Faust's default is 60 s).
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 5),
         topic_disable_leader=False,
         **faust_options,
     )

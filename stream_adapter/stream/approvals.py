@@ -32,6 +32,7 @@ from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import SignatureError
 from stream_adapter.stream.calls import PARK, RESUME
 from stream_adapter.stream.context import FlowContext
+from stream_adapter.stream.faults import APPROVED_RAN, PARKED, RUNNING, crash_point
 from stream_adapter.stream.outputs import Delivery
 
 
@@ -87,6 +88,7 @@ class ApprovalFlow:
         record = self.table.get(fresh.approval_id)
         if record is None:
             await self.table.put(fresh, partition)
+            crash_point(PARKED)
             logs.event(
                 logs.INFO,
                 "call parked",
@@ -197,6 +199,7 @@ class ApprovalFlow:
         """Run an approved call once: `running` is durable before the tool starts."""
         running = begin_run(record)
         await self.table.put(running, partition)
+        crash_point(RUNNING)
         ids = {
             "run_id": record.run_id,
             "call_id": record.call_id,
@@ -207,6 +210,7 @@ class ApprovalFlow:
             reply, error, _ = await self.ctx.run(tool, dict(record.arguments), **ids)
         except AdapterError as exc:
             reply, error = error_reply_body(exc, tool=record.tool, **ids), exc
+        crash_point(APPROVED_RAN)
         if error is not None:
             logs.event(
                 logs.WARNING, "approved call failed", tool=record.tool, error_kind=error.kind, **ids

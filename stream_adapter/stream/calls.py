@@ -13,6 +13,7 @@ from stream_adapter.envelope import Envelope, parse_envelope
 from stream_adapter.errors import AdapterError
 from stream_adapter.ids import approval_id_for, derive_ids
 from stream_adapter.stream.context import FlowContext
+from stream_adapter.stream.faults import CALL_REPLIED, crash_point
 from stream_adapter.stream.outputs import Delivery
 
 PARK = "park"
@@ -73,6 +74,7 @@ async def process_call(ctx: FlowContext, delivery: Delivery) -> None:
     )
     if error is None:
         await ctx.outputs.reply(reply, message_id=delivery.message_id)
+        crash_point(CALL_REPLIED)
     else:
         await ctx.fail(
             delivery,

@@ -74,7 +74,7 @@ class FlowContext:
         approval_id: str | None = None,
         attempts: int = 1,
     ) -> None:
-        """The terminal path of a failed message: an error reply, then a dead letter."""
+        """The terminal path of a failed message: a dead letter and an error reply."""
         logs.event(
             logs.WARNING,
             "call failed",
@@ -89,5 +89,6 @@ class FlowContext:
         body = error_reply_body(
             exc, tool=tool, run_id=run_id, call_id=call_id, approval_id=approval_id
         )
-        await self.outputs.reply(body, message_id=delivery.message_id)
+        # The dead letter first: whoever sees the error reply can already find it.
         await self.outputs.dead_letter(delivery, exc, attempts=attempts)
+        await self.outputs.reply(body, message_id=delivery.message_id)

@@ -1,0 +1,63 @@
+"""SPEC §8 and §9 end to end: per-key order, keys never wait on each other, commits and lag."""
+
+from __future__ import annotations
+
+import time
+
+from tests.harness import Client, WorkerProcess, dead_letters, group_lag, wait_for
+
+
+async def test_slow_key_does_not_delay_other_keys_and_keeps_its_order(
+    worker: WorkerProcess, client: Client
+) -> None:
+    # Same partition on purpose: only the per-key scheduling keeps B from waiting on A.
+    started = time.monotonic()
+    p, o = await client.send(
+        {"tool": "sleep", "arguments": {"seconds": 1.5}}, key=b"A", partition=0
+    )
+    slow = client.sent(p, o)
+    a_after = [
+        client.sent(
+            *await client.send({"tool": "echo", "arguments": {"n": n}}, key=b"A", partition=0)
+        )
+        for n in range(3)
+    ]
+    p, o = await client.send({"tool": "echo", "arguments": {"b": 1}}, key=b"B", partition=0)
+    other = client.sent(p, o)
+
+    await client.reply_for(run_id=other.run_id)
+    b_latency_s = time.monotonic() - started
+    await client.wait_replies(
+        lambda rs: all(client.replies_for(run_id=s.run_id) for s in a_after),
+        timeout_s=30,
+        what="key A's replies",
+    )
+    order = [r["run_id"] for r in client.replies]
+    assert order.index(other.run_id) < order.index(slow.run_id), "B waited for A's sleep"
+    a_ids = [slow.run_id] + [s.run_id for s in a_after]
+    assert [rid for rid in order if rid in a_ids] == a_ids, "key A ran out of order"
+    print(f"key B answered {b_latency_s * 1000:.0f} ms after key A's 1.5 s sleep was sent")
+
+
+async def test_poison_message_between_valid_ones(worker: WorkerProcess, client: Client) -> None:
+    settings = worker.settings
+    first = client.sent(
+        *await client.send({"tool": "echo", "arguments": {"i": 1}}, key=b"P", partition=1)
+    )
+    poison = client.sent(*await client.send(b'{"tool": "echo", "argu', key=b"P", partition=1))
+    last = client.sent(
+        *await client.send({"tool": "echo", "arguments": {"i": 2}}, key=b"P", partition=1)
+    )
+    for sent in (first, last):
+        assert (await client.reply_for(run_id=sent.run_id))["status"] == "ok"
+    error = await client.reply_for(run_id=poison.run_id)
+    assert error["status"] == "error" and error["error"]["kind"] == "ToolUsageError"
+    letters = await dead_letters(settings)
+    assert [m.value for m in letters] == [b'{"tool": "echo", "argu']
+
+    async def lag_is_zero() -> bool:
+        return (
+            await group_lag(settings.bootstrap_servers, settings.app_id, settings.calls_topic) == 0
+        )
+
+    await wait_for(lag_is_zero, timeout_s=30, what="consumer lag 0", interval_s=0.2)
