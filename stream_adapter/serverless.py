@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from stream_adapter import logs
 from stream_adapter.errors import AdapterError, ToolTimeout
@@ -25,9 +25,11 @@ from stream_adapter.events import (
 from stream_adapter.executor import Executor
 from stream_adapter.handler import handle_envelope
 from stream_adapter.replies import Reply
-from stream_adapter.runners import Runner, default_runner
+from stream_adapter.runners import Runner, RunSync, default_runner
 
 __all__ = ["Handler", "budget_s", "tool_handler"]
+
+T = TypeVar("T")
 
 Handler = Callable[..., Any]
 """``handler(event, context=None)``: a reply, ``{"batchItemFailures": [...]}``, or a raise."""
@@ -84,20 +86,48 @@ def tool_handler(
 
     def handler(event: Any, context: Any = None) -> Any:
         limit = budget_s(timeout, margin_s, context)
-        active = runner or default_runner()
+        run = _Run(runner or default_runner(), executor)
         kind = event_kind(event)
         if kind is EventKind.SQS:
-            return _sqs(active, run_one, event, limit)
+            return _sqs(run, run_one, event, limit)
         if kind is EventKind.KAFKA:
-            return _kafka(active, run_one, event, limit)
+            return _kafka(run, run_one, event, limit)
         if kind is EventKind.EVENTBRIDGE:
             message = Message(str(event.get("id", "")), event["detail"])
         else:
             message_id = getattr(context, "aws_request_id", "") or ""
             message = Message(str(message_id), event)
-        return _single(active, lambda: run_one(message, kind), message, kind, limit)
+        return _single(run, lambda: run_one(message, kind), message, kind, limit)
 
     return handler
+
+
+class _Run:
+    """runner.run, plus: on a fresh loop per invocation, close the store's clients at the end.
+
+    Loop-bound clients (the shared stores keep one per loop) would otherwise outlive their loop
+    and leak a connection pool per invocation.
+    """
+
+    def __init__(self, runner: Runner, executor: Executor) -> None:
+        self.runner = runner
+        fresh = isinstance(runner, RunSync)
+        self.release: Callable[[], Awaitable[None]] | None = (
+            getattr(executor.store, "aclose", None) if fresh else None
+        )
+
+    def __call__(self, work: Callable[[], Awaitable[T]], limit: float) -> T:
+        release = self.release
+        if release is None:
+            return self.runner.run(work, timeout=limit)
+
+        async def work_then_release() -> T:
+            try:
+                return await work()
+            finally:
+                await release()
+
+        return self.runner.run(work_then_release, timeout=limit)
 
 
 RunOne = Callable[[Message, EventKind], Awaitable[Reply]]
@@ -128,18 +158,18 @@ def _out_of_time(source: EventKind) -> None:
     logs.event(logs.WARNING, "time budget ran out", source=source)
 
 
-def _run_batch(runner: Runner, work: Callable[[], Awaitable[None]], limit: float) -> bool:
+def _run_batch(run: _Run, work: Callable[[], Awaitable[None]], limit: float) -> bool:
     """Run work within limit seconds; False when time ran out first (or there was none)."""
     if limit <= 0:
         return False
     try:
-        runner.run(work, timeout=limit)
+        run(work, limit)
     except TimeoutError:
         return False
     return True
 
 
-def _sqs(runner: Runner, run_one: RunOne, event: Mapping[str, Any], limit: float) -> Any:
+def _sqs(run: _Run, run_one: RunOne, event: Mapping[str, Any], limit: float) -> Any:
     batch = _Batch(sqs_messages(event))
     fifo = is_fifo(event)
 
@@ -154,12 +184,12 @@ def _sqs(runner: Runner, run_one: RunOne, event: Mapping[str, Any], limit: float
                 continue
             batch.done[index] = True
 
-    if not _run_batch(runner, work, limit):
+    if not _run_batch(run, work, limit):
         _out_of_time(EventKind.SQS)
     return {"batchItemFailures": batch.failures()}
 
 
-def _kafka(runner: Runner, run_one: RunOne, event: Mapping[str, Any], limit: float) -> Any:
+def _kafka(run: _Run, run_one: RunOne, event: Mapping[str, Any], limit: float) -> Any:
     groups = kafka_messages(event)
     batch = _Batch([message for group in groups for message in group])
     stop = asyncio.Event()
@@ -181,7 +211,7 @@ def _kafka(runner: Runner, run_one: RunOne, event: Mapping[str, Any], limit: flo
         starts = [sum(len(g) for g in groups[:i]) for i in range(len(groups))]
         await asyncio.gather(*(partition(s, g) for s, g in zip(starts, groups, strict=True)))
 
-    in_time = _run_batch(runner, work, limit)
+    in_time = _run_batch(run, work, limit)
     if batch.errors:
         raise batch.errors[min(batch.errors)]
     if not in_time:
@@ -191,7 +221,7 @@ def _kafka(runner: Runner, run_one: RunOne, event: Mapping[str, Any], limit: flo
 
 
 def _single(
-    runner: Runner,
+    run: _Run,
     work: Callable[[], Awaitable[Reply]],
     message: Message,
     source: EventKind,
@@ -201,7 +231,7 @@ def _single(
         _out_of_time(source)
         raise ToolTimeout("no time left for this invocation")
     try:
-        return runner.run(work, timeout=limit)
+        return run(work, limit)
     except TimeoutError:
         _out_of_time(source)
         raise ToolTimeout("time budget ran out") from None

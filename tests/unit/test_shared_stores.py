@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from examples.backend import store_from_url
-from stream_adapter import BrokerError, handle_envelope, record_decision
+from stream_adapter import BrokerError, RunSync, handle_envelope, record_decision, tool_handler
 from stream_adapter.approvals import ApprovalStore
-from tests.unit.aws_events import sqs_event
+from tests.unit.aws_events import LambdaContext, sqs_event
 from tests.unit.test_stores import (  # the protocol suite, run again with this module's store
     test_100_concurrent_resumes_run_once,
     test_claim_and_finish,
@@ -198,3 +198,14 @@ def test_a_missing_extra_names_itself() -> None:
     subprocess.run(
         [sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
     )
+
+
+def test_a_fresh_loop_per_invocation_closes_its_clients(url: str) -> None:
+    store = store_from_url(url)
+    handler = tool_handler(build_executor(store), runner=RunSync())
+    context = LambdaContext(aws_request_id="req-fresh-1")
+    first = handler(INVOICE, context)
+    assert len(store._conns) == 0  # type: ignore[attr-defined]  # closed with its loop
+    assert handler(INVOICE, context) == first  # the next loop opens a new client
+    assert first["status"] == "pending_approval"
+    assert len(store._conns) == 0  # type: ignore[attr-defined]
