@@ -99,6 +99,10 @@ class WorkerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **settings_env(self.settings), **self.extra_env}
         env.setdefault("STREAM_ADAPTER_DEMO_LEDGER", str(self.ledger))
+        # Each worker has its own RocksDB (two processes cannot share one), so a worker that
+        # takes over restores its tables from the changelog.
+        if "STREAM_ADAPTER_DATA_DIR" not in self.extra_env:
+            env["STREAM_ADAPTER_DATA_DIR"] = str(self.workdir / f"{self.name}-data")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
