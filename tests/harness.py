@@ -166,8 +166,9 @@ class Sent:
 class Client:
     """Produces envelopes and decisions; collects replies (and dead letters) by run_id."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, read_committed: bool = False) -> None:
         self.settings = settings
+        self.isolation = "read_committed" if read_committed else "read_uncommitted"
         self.producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
         self.replies: list[dict[str, Any]] = []
         self.reply_headers: list[dict[str, bytes]] = []
@@ -180,6 +181,7 @@ class Client:
             bootstrap_servers=self.settings.bootstrap_servers,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
+            isolation_level=self.isolation,
         )
         await self._consumer.start()
         return self

@@ -112,10 +112,13 @@ def build_app(
     approvals_channel = app.topic(
         settings.decisions_topic, approval_requests_topic(settings), partitions=p, **RAW
     )
+    exactly_once = settings.processing_guarantee == "exactly_once"
     outputs = Outputs(
+        app,
         replies=app.topic(settings.replies_topic, partitions=p, **RAW),
         dlq=app.topic(settings.dlq_topic, partitions=p, **RAW),
         requests=requests,
+        exactly_once=exactly_once,
     )
     table = app.Table(
         "approvals",
@@ -140,7 +143,8 @@ def build_app(
         policy=RetryPolicy(attempts=settings.retry_attempts, base_s=settings.retry_backoff_s),
         keys=DecisionKeys.parse(settings.decision_keys),
     )
-    flow = ApprovalFlow(ctx, ApprovalTable(table), origin=f"kafka:{settings.app_id}")
+    approvals = ApprovalTable(table, outputs)
+    flow = ApprovalFlow(ctx, approvals, origin=f"kafka:{settings.app_id}")
 
     def scheduler() -> KeyedScheduler:
         return KeyedScheduler(settings.max_in_flight, _on_job_error)

@@ -33,25 +33,37 @@ from stream_adapter.signing import SignatureError
 from stream_adapter.stream.calls import PARK, RESUME
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.faults import APPROVED_RAN, PARKED, RUNNING, crash_point
-from stream_adapter.stream.outputs import Delivery
+from stream_adapter.stream.outputs import Delivery, Outputs
 
 
 class ApprovalTable:
     """The Faust table of approval records (bytes keys and values), with durable writes."""
 
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, outputs: Outputs) -> None:
         self._table = table
+        self._outputs = outputs
 
     def get(self, approval_id: str) -> ApprovalRecord | None:
         raw = self._table.get(approval_id.encode())
         return None if raw is None else ApprovalRecord.from_bytes(raw)
 
-    async def put(self, record: ApprovalRecord, partition: int) -> None:
-        """Store record and wait until its changelog entry is acknowledged by the broker."""
+    async def put(self, record: ApprovalRecord, partition: int, *, now: bool = False) -> None:
+        """Store record and wait until its changelog entry is acknowledged by the broker.
+
+        In exactly-once mode the entry joins the event's transaction, except with `now`: the
+        running mark goes outside it, or a crash would abort it and let the redelivered
+        decision run the call a second time.
+        """
         key, value = record.approval_id.encode(), record.to_bytes()
-        pending = self._table.send_changelog(partition, key, value)
         self._table.data[key] = value
-        await pending
+        if not self._outputs.exactly_once:
+            await self._table.send_changelog(partition, key, value)
+            return
+        topic = self._table.changelog_topic.get_topic_name()
+        if now:
+            await self._outputs.outside_transaction(topic, key, value, partition)
+        else:
+            await self._outputs.in_transaction(topic, key, value)
 
 
 class ApprovalFlow:
@@ -198,7 +210,7 @@ class ApprovalFlow:
     async def _run(self, record: ApprovalRecord, partition: int) -> None:
         """Run an approved call once: `running` is durable before the tool starts."""
         running = begin_run(record)
-        await self.table.put(running, partition)
+        await self.table.put(running, partition, now=True)
         crash_point(RUNNING)
         ids = {
             "run_id": record.run_id,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from faust.streams import current_event
 
 from stream_adapter.errors import AdapterError
 from stream_adapter.replies import Reply
@@ -58,17 +59,28 @@ class Delivery:
 
 
 class Outputs:
-    """Sends to the replies, dead-letter and approval-request topics (Faust topics)."""
+    """Sends to the replies, dead-letter and approval-request topics, waiting for each ack.
 
-    def __init__(self, replies: Any, dlq: Any, requests: Any) -> None:
+    With `exactly_once`, replies, dead letters and table writes join the transaction of the
+    event being processed and go to that event's partition number (the topics have equal
+    partition counts). Faust's own routing picks a transaction from the destination's
+    partition as the *consumer* sees it, and finds none for topics it does not consume, so
+    those sends would silently leave the transaction (upstream issue 177): we name it.
+    """
+
+    def __init__(
+        self, app: Any, replies: Any, dlq: Any, requests: Any, *, exactly_once: bool = False
+    ) -> None:
+        self._app = app
         self._replies = replies
         self._dlq = dlq
         self._requests = requests
+        self.exactly_once = exactly_once
 
     async def reply(self, reply: Reply, *, message_id: str) -> None:
-        """Write reply keyed by its run_id, with the SPEC headers; wait for the ack."""
+        """Write reply keyed by its run_id, with the SPEC headers."""
         headers = [("message-id", message_id.encode()), ("content-type", CONTENT_TYPE)]
-        await _send(self._replies, reply["run_id"].encode(), orjson.dumps(reply), headers)
+        await self._emit(self._replies, reply["run_id"].encode(), orjson.dumps(reply), headers)
 
     async def dead_letter(self, delivery: Delivery, exc: AdapterError, *, attempts: int) -> None:
         """Copy the original message, unchanged, to the DLQ; headers say why."""
@@ -83,11 +95,49 @@ class Outputs:
             ("message-id", delivery.message_id.encode()),
             ("failed-at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()).encode()),
         ]
-        await _send(self._dlq, delivery.key, delivery.value, headers)
+        await self._emit(self._dlq, delivery.key, delivery.value, headers)
 
     async def request(self, approval_id: str, body: dict[str, Any]) -> None:
-        """Hand a park or resume request to the owner of approval_id's partition."""
-        await _send(self._requests, approval_id.encode(), orjson.dumps(body), None)
+        """Hand a park or resume request to the owner of approval_id's partition.
+
+        In exactly-once mode this send is outside the transaction (its partition is not the
+        event's): the hand-off is at least once, and parking and resuming are idempotent.
+        """
+        key, value = approval_id.encode(), orjson.dumps(body)
+        if self.exactly_once:
+            await self.outside_transaction(self._requests.get_topic_name(), key, value, None)
+        else:
+            await _send(self._requests, key, value, None)
+
+    async def _emit(self, topic: Any, key: bytes | None, value: bytes, headers: Any) -> None:
+        if self.exactly_once:
+            await self.in_transaction(topic.get_topic_name(), key, value, headers)
+        else:
+            await _send(topic, key, value, headers)
+
+    async def in_transaction(
+        self, topic: str, key: bytes | None, value: bytes, headers: Any = None
+    ) -> None:
+        """Send inside the current event's transaction, to the event's partition number."""
+        event = current_event()
+        if event is None:
+            raise RuntimeError("a transactional send needs the event being processed")
+        source = event.message
+        group = self._app.assignor.group_for_topic(source.topic)
+        transactional_id = f"{self._app.conf.id}-{group}-{source.partition}"
+        pending = await self._app.producer.send(
+            topic, key, value, source.partition, None, headers, transactional_id=transactional_id
+        )
+        await pending
+
+    async def outside_transaction(
+        self, topic: str, key: bytes, value: bytes, partition: int | None
+    ) -> None:
+        """Send with the app's plain producer: durable at once, whatever a transaction does."""
+        producer = self._app.producer
+        await producer.maybe_start()
+        pending = await producer.send(topic, key, value, partition, None, None)
+        await pending
 
 
 async def _send(topic: Any, key: bytes | None, value: bytes, headers: Any) -> None:

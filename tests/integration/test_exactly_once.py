@@ -1,0 +1,83 @@
+"""processing_guarantee=exactly_once: replies, table updates and offsets in one transaction.
+
+A read_committed reader of the replies sees each reply once, also when the worker is killed
+after producing a reply and before committing; approved calls still run at most once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from stream_adapter.settings import Settings
+from stream_adapter.stream import faults
+from stream_adapter.stream.topics import approval_requests_topic
+from tests.harness import Client, WorkerProcess, group_lag, unique, wait_for
+
+EOS = {"STREAM_ADAPTER_PROCESSING_GUARANTEE": "exactly_once"}
+
+
+@pytest.fixture
+async def committed(settings: Settings) -> AsyncIterator[Client]:
+    async with Client(settings, read_committed=True) as reader:
+        yield reader
+
+
+async def _lag_zero(worker: WorkerProcess) -> None:
+    s = worker.settings
+
+    async def zero() -> bool:
+        topics = (s.calls_topic, s.decisions_topic, approval_requests_topic(s))
+        return sum([await group_lag(s.bootstrap_servers, s.app_id, t) for t in topics]) == 0
+
+    await wait_for(zero, timeout_s=60, what="consumer lag 0", interval_s=0.2)
+
+
+async def test_replies_are_committed_once_across_a_crash_before_commit(
+    worker_factory: Callable[..., WorkerProcess], committed: Client
+) -> None:
+    first = worker_factory(name="first", STREAM_ADAPTER_CRASH_AT=faults.CALL_REPLIED, **EOS)
+    await first.ready()
+    sent = await committed.call("echo", {"eos": 1}, key=b"E")
+
+    def dead() -> bool:
+        return first.proc is not None and first.proc.poll() is not None
+
+    await wait_for(dead, timeout_s=60, what="the first worker to die")
+    second = worker_factory(name="second", **EOS)
+    await second.ready()
+    later = [await committed.call("echo", {"n": n}, key=b"E") for n in range(3)]
+    for s in later:
+        await committed.reply_for(run_id=s.run_id, timeout_s=60)
+    await _lag_zero(second)
+    replies = committed.replies_for(run_id=sent.run_id)
+    assert len(replies) == 1 and replies[0]["result"] == {"eos": 1}
+    assert all(len(committed.replies_for(run_id=s.run_id)) == 1 for s in later)
+
+
+async def test_approved_call_runs_once_in_exactly_once_mode(
+    worker_factory: Callable[..., WorkerProcess], committed: Client
+) -> None:
+    first = worker_factory(name="first", STREAM_ADAPTER_CRASH_AT=faults.APPROVED_RAN, **EOS)
+    await first.ready()
+    run_id = unique("run")
+    await committed.call(
+        "send_invoice", {"customer": "e", "amount_cents": 3}, run_id=run_id, call_id=unique("call")
+    )
+    pending = await committed.reply_for(status="pending_approval", run_id=run_id)
+    await committed.decide(pending["approval_id"], True)
+
+    def dead() -> bool:
+        return first.proc is not None and first.proc.poll() is not None
+
+    await wait_for(dead, timeout_s=60, what="the first worker to die")
+    second = worker_factory(name="second", **EOS)
+    await second.ready()
+    done = await committed.reply_for(status="already_done", run_id=run_id, timeout_s=60)
+    assert done["outcome"] == "unknown"
+    await _lag_zero(second)
+    lines = [json.loads(x) for x in second.ledger.read_text().splitlines()]
+    assert len(lines) == 1
+    assert len(committed.replies_for(run_id=run_id, status="pending_approval")) == 1
