@@ -23,8 +23,8 @@ bash scripts/browser.sh install
 "$VENV/bin/python" -c "from stream_adapter.broker import local; local.ensure_jars(local.BrokerConfig(jars_dir=__import__('pathlib').Path('.kafka/libs')))"
 
 echo "== ruff"
-"$VENV/bin/ruff" check stream_adapter topologies tests benchmarks
-"$VENV/bin/ruff" format --check stream_adapter topologies tests benchmarks
+"$VENV/bin/ruff" check stream_adapter topologies tests benchmarks examples
+"$VENV/bin/ruff" format --check stream_adapter topologies tests benchmarks examples
 echo "== mypy --strict (the core)"
 "$VENV/bin/mypy" --strict stream_adapter
 echo "== pytest"
