@@ -355,3 +355,16 @@ async def dead_letters(
 
     await wait_for(check, timeout_s=timeout_s, what=f"{at_least} dead letter(s)")
     return found
+
+
+async def wait_lag_zero(settings: Settings, *, timeout_s: float = 60.0) -> None:
+    """Wait until the worker group has committed everything on the topics it consumes."""
+    from stream_adapter.stream.topics import approval_requests_topic
+
+    topics = (settings.calls_topic, settings.decisions_topic, approval_requests_topic(settings))
+
+    async def zero() -> bool:
+        lags = [await group_lag(settings.bootstrap_servers, settings.app_id, t) for t in topics]
+        return sum(lags) == 0
+
+    await wait_for(zero, timeout_s=timeout_s, what="consumer lag 0", interval_s=0.2)

@@ -10,8 +10,7 @@ import pytest
 
 from stream_adapter.approvals import ApprovalRecord
 from stream_adapter.stream import faults
-from stream_adapter.stream.topics import approval_requests_topic
-from tests.harness import Client, WorkerProcess, group_lag, read_all, unique, wait_for
+from tests.harness import Client, WorkerProcess, read_all, unique, wait_for, wait_lag_zero
 
 TERMINAL = {"ok", "error", "already_done"}
 
@@ -22,19 +21,6 @@ async def _died(worker: WorkerProcess, timeout_s: float = 60) -> None:
         return worker.proc.poll() is not None
 
     await wait_for(dead, timeout_s=timeout_s, what=f"{worker.name} to die")
-
-
-async def _lag_zero(worker: WorkerProcess) -> None:
-    s = worker.settings
-
-    async def zero() -> bool:
-        lags = [
-            await group_lag(s.bootstrap_servers, s.app_id, topic)
-            for topic in (s.calls_topic, s.decisions_topic)
-        ]
-        return sum(lags) == 0
-
-    await wait_for(zero, timeout_s=60, what="consumer lag 0", interval_s=0.2)
 
 
 def _ledger_lines(worker: WorkerProcess) -> list[dict]:
@@ -73,7 +59,7 @@ async def test_a_killed_while_a_tool_runs(
         "call_id": running.call_id,
         "result": {"slept": 1.5},
     }
-    await _lag_zero(second)
+    await wait_lag_zero(second.settings)
 
 
 async def test_b_killed_after_the_reply_before_the_commit(
@@ -94,7 +80,7 @@ async def test_b_killed_after_the_reply_before_the_commit(
     # At least once: the same call (same ids) answered again, never a different one.
     assert all(r == replies[0] for r in replies)
     assert replies[0]["call_id"] == sent.call_id
-    await _lag_zero(second)
+    await wait_lag_zero(second.settings)
 
 
 @pytest.mark.parametrize("point", [faults.RUNNING, faults.APPROVED_RAN])
@@ -123,7 +109,7 @@ async def test_c_killed_while_an_approved_call_runs(
         lambda rs: len(client.replies_for(run_id=run_id, status="already_done")) >= 3,
         what="three already_done replies",
     )
-    await _lag_zero(second)
+    await wait_lag_zero(second.settings)
     assert len(_ledger_lines(second)) == (1 if point == faults.APPROVED_RAN else 0)
     for reply in client.replies_for(run_id=run_id, status="already_done"):
         assert reply["outcome"] == "unknown"
@@ -149,5 +135,5 @@ async def test_d_killed_between_parking_and_the_pending_reply(
     await client.decide(pending["approval_id"], True)
     await client.reply_for(status="ok", run_id=run_id)
     assert len(_ledger_lines(second)) == 1
-    await _lag_zero(second)
+    await wait_lag_zero(second.settings)
     assert all(r["status"] in TERMINAL | {"pending_approval"} for r in client.replies)

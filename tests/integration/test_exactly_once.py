@@ -13,8 +13,7 @@ import pytest
 
 from stream_adapter.settings import Settings
 from stream_adapter.stream import faults
-from stream_adapter.stream.topics import approval_requests_topic
-from tests.harness import Client, WorkerProcess, group_lag, unique, wait_for
+from tests.harness import Client, WorkerProcess, unique, wait_for, wait_lag_zero
 
 EOS = {"STREAM_ADAPTER_PROCESSING_GUARANTEE": "exactly_once"}
 
@@ -23,16 +22,6 @@ EOS = {"STREAM_ADAPTER_PROCESSING_GUARANTEE": "exactly_once"}
 async def committed(settings: Settings) -> AsyncIterator[Client]:
     async with Client(settings, read_committed=True) as reader:
         yield reader
-
-
-async def _lag_zero(worker: WorkerProcess) -> None:
-    s = worker.settings
-
-    async def zero() -> bool:
-        topics = (s.calls_topic, s.decisions_topic, approval_requests_topic(s))
-        return sum([await group_lag(s.bootstrap_servers, s.app_id, t) for t in topics]) == 0
-
-    await wait_for(zero, timeout_s=60, what="consumer lag 0", interval_s=0.2)
 
 
 async def test_replies_are_committed_once_across_a_crash_before_commit(
@@ -51,7 +40,7 @@ async def test_replies_are_committed_once_across_a_crash_before_commit(
     later = [await committed.call("echo", {"n": n}, key=b"E") for n in range(3)]
     for s in later:
         await committed.reply_for(run_id=s.run_id, timeout_s=60)
-    await _lag_zero(second)
+    await wait_lag_zero(second.settings)
     replies = committed.replies_for(run_id=sent.run_id)
     assert len(replies) == 1 and replies[0]["result"] == {"eos": 1}
     assert all(len(committed.replies_for(run_id=s.run_id)) == 1 for s in later)
@@ -77,7 +66,7 @@ async def test_approved_call_runs_once_in_exactly_once_mode(
     await second.ready()
     done = await committed.reply_for(status="already_done", run_id=run_id, timeout_s=60)
     assert done["outcome"] == "unknown"
-    await _lag_zero(second)
+    await wait_lag_zero(second.settings)
     lines = [json.loads(x) for x in second.ledger.read_text().splitlines()]
     assert len(lines) == 1
     assert len(committed.replies_for(run_id=run_id, status="pending_approval")) == 1

@@ -5,18 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from stream_adapter.stream.topics import approval_requests_topic
-from tests.harness import Client, WorkerProcess, group_lag, unique, wait_for
-
-
-async def _lag_zero(worker: WorkerProcess) -> None:
-    s = worker.settings
-
-    async def zero() -> bool:
-        topics = (s.calls_topic, s.decisions_topic, approval_requests_topic(s))
-        return sum([await group_lag(s.bootstrap_servers, s.app_id, t) for t in topics]) == 0
-
-    await wait_for(zero, timeout_s=60, what="consumer lag 0", interval_s=0.2)
+from tests.harness import Client, WorkerProcess, unique, wait_for, wait_lag_zero
 
 
 async def test_survivor_takes_over_partitions_and_approvals(
@@ -52,7 +41,7 @@ async def test_survivor_takes_over_partitions_and_approvals(
     calls = [await client.call("echo", {"n": n}, key=b"%d" % n) for n in range(8)]
     for sent in calls:
         await client.reply_for(status="ok", run_id=sent.run_id)
-    await _lag_zero(survivor)
+    await wait_lag_zero(survivor.settings)
 
 
 async def test_sigterm_finishes_in_flight_calls_commits_and_leaves(
@@ -72,7 +61,7 @@ async def test_sigterm_finishes_in_flight_calls_commits_and_leaves(
     await second.ready()
     after = await client.call("echo", {"after": True}, key=b"T")
     await client.reply_for(run_id=after.run_id)
-    await _lag_zero(second)
+    await wait_lag_zero(second.settings)
     replies = client.replies_for(run_id=slow.run_id)
     assert len(replies) == 1, "the in-flight call was neither finished once nor handed back"
     assert replies[0]["status"] == "ok"
