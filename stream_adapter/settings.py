@@ -35,7 +35,9 @@ class Settings(BaseSettings):
     retry_attempts: int = Field(default=3, ge=1)
     retry_backoff_s: float = Field(default=0.2, ge=0)
     session_timeout_s: float = Field(default=10.0, gt=0)
-    web_port: int = 6066
+    web_port: int = Field(default=6066, ge=0, le=65535)
+    web_host: str = "0.0.0.0"
+    otel_enabled: bool = False
     review_host: str = "127.0.0.1"
     review_port: int = Field(default=8080, ge=0, le=65535)
     reviewers_file: Path = Path("reviewers.json")

@@ -9,7 +9,7 @@ commit never passes an unfinished call (SPEC §8, §9).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection
-from typing import Any
+from typing import Any, cast
 
 import faust
 
@@ -22,8 +22,11 @@ from stream_adapter.stream.approvals import ApprovalFlow, ApprovalTable
 from stream_adapter.stream.calls import process_call
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.keyed import KeyedScheduler
+from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.outputs import Delivery, Outputs
 from stream_adapter.stream.topics import approval_requests_topic
+from stream_adapter.stream.tracing import build_tracing
+from stream_adapter.stream.web import MetricsServer
 
 RAW: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
 
@@ -135,6 +138,9 @@ def build_app(
         key_type=bytes,
         value_type=bytes,
     )
+    allowed = frozenset(tools) if tools is not None else None
+    metrics = Metrics([n for n in executor.registry.names() if allowed is None or n in allowed])
+    outputs.metrics = metrics
     ctx = FlowContext(
         settings=settings,
         executor=executor,
@@ -142,6 +148,8 @@ def build_app(
         outputs=outputs,
         policy=RetryPolicy(attempts=settings.retry_attempts, base_s=settings.retry_backoff_s),
         keys=DecisionKeys.parse(settings.decision_keys),
+        metrics=metrics,
+        tracing=build_tracing(settings.otel_enabled, settings.app_id),
     )
     approvals = ApprovalTable(table, outputs)
     flow = ApprovalFlow(ctx, approvals, origin=f"kafka:{settings.app_id}")
@@ -152,6 +160,13 @@ def build_app(
     async def run_call(delivery: Delivery) -> None:
         await process_call(ctx, delivery)
 
+    metrics.watch(
+        app,
+        table,
+        (settings.calls_topic, settings.decisions_topic, approval_requests_topic(settings)),
+    )
+    # App.service is typed for classes; it starts instances just the same.
+    app.service(cast(Any, MetricsServer(metrics, settings.web_host, settings.web_port)))
     app.agent(calls, name="calls")(_agent(scheduler, _order_key, run_call))
     app.agent(approvals_channel, name="approvals")(_agent(scheduler, _order_key, flow.process))
     return app

@@ -8,6 +8,7 @@ approved call starts only once its `running` mark is durable, so it runs at most
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import orjson
@@ -33,7 +34,8 @@ from stream_adapter.signing import SignatureError
 from stream_adapter.stream.calls import PARK, RESUME
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.faults import APPROVED_RAN, PARKED, RUNNING, crash_point
-from stream_adapter.stream.outputs import Delivery, Outputs
+from stream_adapter.stream.outputs import Delivery, Headers, Outputs
+from stream_adapter.stream.tracing import as_headers
 
 
 class ApprovalTable:
@@ -77,16 +79,29 @@ class ApprovalFlow:
     async def process(self, delivery: Delivery) -> None:
         """Bring one request or decision to its terminal, durable outcome."""
         if delivery.topic == self.ctx.settings.decisions_topic:
-            await self._decision(delivery)
+            with self._traced("decision", delivery.headers) as trace:
+                await self._decision(delivery, trace)
             return
         request = orjson.loads(delivery.value)
         original = Delivery.from_json(request["delivery"])
-        if request["kind"] == PARK:
-            await self._park(request, original, delivery.partition)
-        elif request["kind"] == RESUME:
-            await self._resume(request, original, delivery.partition)
+        kind = request["kind"]
+        with self._traced(kind, as_headers(request.get("traceparent"))) as trace:
+            if kind == PARK:
+                await self._park(request, original, delivery.partition, trace)
+            elif kind == RESUME:
+                await self._resume(request, original, delivery.partition, trace)
 
-    async def _park(self, request: dict[str, Any], original: Delivery, partition: int) -> None:
+    def _traced(
+        self, name: str, headers: dict[str, bytes], **attributes: Any
+    ) -> AbstractContextManager[Headers | None]:
+        """A span continuing headers' trace context, or nothing when tracing is off."""
+        if self.ctx.tracing is None:
+            return nullcontext(None)
+        return self.ctx.tracing.span(name, headers, **attributes)
+
+    async def _park(
+        self, request: dict[str, Any], original: Delivery, partition: int, trace: Headers | None
+    ) -> None:
         envelope = Envelope(
             request["tool"],
             request["arguments"],
@@ -110,9 +125,11 @@ class ApprovalFlow:
                 approval_id=fresh.approval_id,
             )
             record = fresh
-        await self._answer(record, original, partition)
+        await self._answer(record, original, partition, trace)
 
-    async def _resume(self, request: dict[str, Any], original: Delivery, partition: int) -> None:
+    async def _resume(
+        self, request: dict[str, Any], original: Delivery, partition: int, trace: Headers | None
+    ) -> None:
         approval_id = request["approval_id"]
         record = self.table.get(approval_id)
         if record is None:
@@ -124,6 +141,7 @@ class ApprovalFlow:
                 run_id=request["run_id"],
                 call_id=request["call_id"],
                 approval_id=approval_id,
+                headers=trace,
             )
             return
         if record.origin != self.origin:
@@ -135,22 +153,27 @@ class ApprovalFlow:
                 run_id=record.run_id,
                 call_id=record.call_id,
                 approval_id=approval_id,
+                headers=trace,
             )
             return
-        await self._answer(record, original, partition)
+        await self._answer(record, original, partition, trace)
 
-    async def _answer(self, record: ApprovalRecord, original: Delivery, partition: int) -> None:
+    async def _answer(
+        self, record: ApprovalRecord, original: Delivery, partition: int, trace: Headers | None
+    ) -> None:
         """Reply for record's state; run it if it is approved and unused."""
         step = next_step(record)
         if step is Step.RUN:
-            await self._run(record, partition)
+            await self._run(record, partition, trace)
         elif step is Step.DENY:
             body = record.reply or _denied_reply(record)
-            await self.ctx.outputs.reply(body, message_id=record.message_id)
+            await self.ctx.outputs.reply(body, message_id=record.message_id, headers=trace)
         else:
-            await self.ctx.outputs.reply(settled_reply(record), message_id=record.message_id)
+            await self.ctx.outputs.reply(
+                settled_reply(record), message_id=record.message_id, headers=trace
+            )
 
-    async def _decision(self, delivery: Delivery) -> None:
+    async def _decision(self, delivery: Delivery, trace: Headers | None) -> None:
         try:
             self.ctx.keys.verify(delivery.value, delivery.headers)
         except SignatureError as exc:
@@ -189,8 +212,14 @@ class ApprovalFlow:
         decided, changed = apply_decision(record, decision)
         if not changed:
             self._log_late(record, decision.approved)
-            await self.ctx.outputs.reply(_used_reply(record), message_id=record.message_id)
+            await self.ctx.outputs.reply(
+                _used_reply(record), message_id=record.message_id, headers=trace
+            )
             return
+        if self.ctx.metrics is not None:
+            self.ctx.metrics.decided(
+                record.tool, decision.approved, record.requested_at, decided.decided_at
+            )
         logs.event(
             logs.INFO,
             "approval decided",
@@ -203,11 +232,11 @@ class ApprovalFlow:
         if decided.state is ApprovalState.DENIED:
             body = _denied_reply(decided)
             await self.table.put(decided.model_copy(update={"reply": body}), delivery.partition)
-            await self.ctx.outputs.reply(body, message_id=record.message_id)
+            await self.ctx.outputs.reply(body, message_id=record.message_id, headers=trace)
             return
-        await self._run(decided, delivery.partition)
+        await self._run(decided, delivery.partition, trace)
 
-    async def _run(self, record: ApprovalRecord, partition: int) -> None:
+    async def _run(self, record: ApprovalRecord, partition: int, trace: Headers | None) -> None:
         """Run an approved call once: `running` is durable before the tool starts."""
         running = begin_run(record)
         await self.table.put(running, partition, now=True)
@@ -217,18 +246,21 @@ class ApprovalFlow:
             "call_id": record.call_id,
             "approval_id": record.approval_id,
         }
-        try:
-            tool = self.ctx.executor.resolve(record.tool, self.ctx.tools)
-            reply, error, _ = await self.ctx.run(tool, dict(record.arguments), **ids)
-        except AdapterError as exc:
-            reply, error = error_reply_body(exc, tool=record.tool, **ids), exc
+        with self._traced(f"tool {record.tool}", {}, tool=record.tool, **ids) as inner:
+            try:
+                tool = self.ctx.executor.resolve(record.tool, self.ctx.tools)
+                reply, error, _ = await self.ctx.run(tool, dict(record.arguments), **ids)
+            except AdapterError as exc:
+                reply, error = error_reply_body(exc, tool=record.tool, **ids), exc
+            if error is not None and self.ctx.tracing is not None:
+                self.ctx.tracing.failed(error.kind)
         crash_point(APPROVED_RAN)
         if error is not None:
             logs.event(
                 logs.WARNING, "approved call failed", tool=record.tool, error_kind=error.kind, **ids
             )
         await self.table.put(finish(running, reply), partition)
-        await self.ctx.outputs.reply(reply, message_id=record.message_id)
+        await self.ctx.outputs.reply(reply, message_id=record.message_id, headers=inner or trace)
 
     def _log_late(self, record: ApprovalRecord, approved: bool) -> None:
         conflicting = (record.state is ApprovalState.DENIED) == approved

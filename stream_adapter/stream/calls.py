@@ -14,7 +14,9 @@ from stream_adapter.errors import AdapterError
 from stream_adapter.ids import approval_id_for, derive_ids
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.faults import CALL_REPLIED, crash_point
-from stream_adapter.stream.outputs import Delivery
+from stream_adapter.stream.outputs import Delivery, Headers
+from stream_adapter.stream.tracing import traceparent
+from stream_adapter.tools import Tool
 
 PARK = "park"
 RESUME = "resume"
@@ -31,6 +33,7 @@ def park_request(envelope: Envelope, delivery: Delivery) -> dict[str, Any]:
         "message_id": envelope.message_id,
         "source": envelope.source,
         "delivery": delivery.to_json(),
+        "traceparent": traceparent(delivery.headers),
     }
 
 
@@ -42,6 +45,7 @@ def resume_request(envelope: Envelope, delivery: Delivery) -> dict[str, Any]:
         "run_id": envelope.run_id,
         "call_id": envelope.call_id,
         "delivery": delivery.to_json(),
+        "traceparent": traceparent(delivery.headers),
     }
 
 
@@ -69,13 +73,37 @@ async def process_call(ctx: FlowContext, delivery: Delivery) -> None:
         approval_id = approval_id_for(envelope.run_id, envelope.call_id)
         await ctx.outputs.request(approval_id, park_request(envelope, delivery))
         return
+    if ctx.tracing is None:
+        await _run(ctx, delivery, envelope, tool, None)
+        return
+    with ctx.tracing.span(
+        f"tool {tool.name}",
+        delivery.headers,
+        tool=tool.name,
+        run_id=envelope.run_id,
+        call_id=envelope.call_id,
+        message_id=delivery.message_id,
+    ) as trace_headers:
+        await _run(ctx, delivery, envelope, tool, trace_headers)
+
+
+async def _run(
+    ctx: FlowContext,
+    delivery: Delivery,
+    envelope: Envelope,
+    tool: Tool,
+    trace_headers: Headers | None,
+) -> None:
+    """Run a plain call and write its terminal outcome (trace_headers go on the reply)."""
     reply, error, attempts = await ctx.run(
         tool, dict(envelope.arguments), run_id=envelope.run_id, call_id=envelope.call_id
     )
     if error is None:
-        await ctx.outputs.reply(reply, message_id=delivery.message_id)
+        await ctx.outputs.reply(reply, message_id=delivery.message_id, headers=trace_headers)
         crash_point(CALL_REPLIED)
     else:
+        if ctx.tracing is not None:
+            ctx.tracing.failed(error.kind)
         await ctx.fail(
             delivery,
             error,
@@ -83,4 +111,5 @@ async def process_call(ctx: FlowContext, delivery: Delivery) -> None:
             run_id=envelope.run_id,
             call_id=envelope.call_id,
             attempts=attempts,
+            headers=trace_headers,
         )

@@ -11,7 +11,9 @@ from stream_adapter.replies import Reply, error_reply_body, ok_reply
 from stream_adapter.retries import RetryPolicy, attempt
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
-from stream_adapter.stream.outputs import Delivery, Outputs
+from stream_adapter.stream.metrics import Metrics
+from stream_adapter.stream.outputs import Delivery, Headers, Outputs
+from stream_adapter.stream.tracing import Tracing
 from stream_adapter.tools import Tool
 
 
@@ -25,6 +27,9 @@ class FlowContext:
     outputs: Outputs
     policy: RetryPolicy
     keys: DecisionKeys
+    metrics: Metrics | None = None
+    tracing: Tracing | None = None
+    """None unless OpenTelemetry is enabled: the flows then skip every tracing step."""
 
     async def run(
         self,
@@ -37,7 +42,11 @@ class FlowContext:
     ) -> tuple[Reply, AdapterError | None, int]:
         """Run a call with in-place retries; the terminal reply, the error if any, attempts."""
 
+        metrics = self.metrics
+
         def on_retry(exc: AdapterError, tries: int) -> None:
+            if metrics is not None:
+                metrics.retried(tool.name)
             logs.event(
                 logs.INFO,
                 "retrying call",
@@ -48,13 +57,18 @@ class FlowContext:
                 attempt=tries,
             )
 
-        outcome = await attempt(
-            lambda: self.executor.run_tool(
-                tool, arguments, run_id=run_id, call_id=call_id, approval_id=approval_id
-            ),
-            self.policy,
-            on_retry=on_retry,
-        )
+        started = metrics.started() if metrics is not None else 0.0
+        try:
+            outcome = await attempt(
+                lambda: self.executor.run_tool(
+                    tool, arguments, run_id=run_id, call_id=call_id, approval_id=approval_id
+                ),
+                self.policy,
+                on_retry=on_retry,
+            )
+        finally:
+            if metrics is not None:
+                metrics.finished(tool.name, started)
         if outcome.error is None:
             reply = ok_reply(tool.name, run_id, call_id, outcome.value, approval_id)
             return reply, None, outcome.attempts
@@ -73,8 +87,12 @@ class FlowContext:
         call_id: str,
         approval_id: str | None = None,
         attempts: int = 1,
+        headers: Headers | None = None,
     ) -> None:
-        """The terminal path of a failed message: a dead letter and an error reply."""
+        """The terminal path of a failed message: a dead letter and an error reply.
+
+        headers (trace context) are added to the error reply; the dead letter's are §10's.
+        """
         logs.event(
             logs.WARNING,
             "call failed",
@@ -91,4 +109,4 @@ class FlowContext:
         )
         # The dead letter first: whoever sees the error reply can already find it.
         await self.outputs.dead_letter(delivery, exc, attempts=attempts)
-        await self.outputs.reply(body, message_id=delivery.message_id)
+        await self.outputs.reply(body, message_id=delivery.message_id, headers=headers)

@@ -16,8 +16,12 @@ from faust.streams import current_event
 
 from stream_adapter.errors import AdapterError
 from stream_adapter.replies import Reply
+from stream_adapter.stream.metrics import Metrics
 
 CONTENT_TYPE = b"application/json"
+
+Headers = list[tuple[str, bytes]]
+"""Extra headers for a reply (the trace context when tracing is on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +80,16 @@ class Outputs:
         self._dlq = dlq
         self._requests = requests
         self.exactly_once = exactly_once
+        self.metrics: Metrics | None = None
 
-    async def reply(self, reply: Reply, *, message_id: str) -> None:
-        """Write reply keyed by its run_id, with the SPEC headers."""
-        headers = [("message-id", message_id.encode()), ("content-type", CONTENT_TYPE)]
-        await self._emit(self._replies, reply["run_id"].encode(), orjson.dumps(reply), headers)
+    async def reply(self, reply: Reply, *, message_id: str, headers: Headers | None = None) -> None:
+        """Write reply keyed by its run_id, with the SPEC headers (and any extra headers)."""
+        sent = [("message-id", message_id.encode()), ("content-type", CONTENT_TYPE)]
+        if headers:
+            sent.extend(headers)
+        await self._emit(self._replies, reply["run_id"].encode(), orjson.dumps(reply), sent)
+        if self.metrics is not None:
+            self.metrics.replied(reply["tool"], reply["status"])
 
     async def dead_letter(self, delivery: Delivery, exc: AdapterError, *, attempts: int) -> None:
         """Copy the original message, unchanged, to the DLQ; headers say why."""
@@ -96,6 +105,8 @@ class Outputs:
             ("failed-at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()).encode()),
         ]
         await self._emit(self._dlq, delivery.key, delivery.value, headers)
+        if self.metrics is not None:
+            self.metrics.dead_lettered(delivery.topic, exc.kind)
 
     async def request(self, approval_id: str, body: dict[str, Any]) -> None:
         """Hand a park or resume request to the owner of approval_id's partition.

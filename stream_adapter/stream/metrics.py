@@ -1,0 +1,201 @@
+"""Prometheus metrics of one worker: what the flows count, and what is read at scrape time.
+
+The hot path only increments label children bound once per (tool, status) and cached in a
+dict, so a call costs a few dict look-ups and lock-free-ish increments, never an await.
+Pending approvals and consumer lag are not tracked per event: a collector reads them from the
+approvals table and the Faust consumer when Prometheus scrapes, so they stay right across
+restarts and rebalances (the table is restored from its changelog, not from counters).
+
+Label values are bounded: a tool name becomes a label only when the executor knows it (an
+unknown name sent by a producer becomes ``"<unknown>"``), and error kinds are the six of §6.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+UNKNOWN_TOOL = "<unknown>"
+"""The tool label of replies for envelopes without a known tool (bounded cardinality)."""
+
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+WAIT_BUCKETS = (1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400)
+
+
+class Metrics:
+    """The worker's instruments on a registry of their own (one worker, one registry)."""
+
+    def __init__(self, tools: Collection[str] = ()) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._known = frozenset(tools)
+        r = self.registry
+        self.calls = Counter(
+            "stream_adapter_calls",
+            "Replies written, by tool and status (ok, error, pending_approval, already_done).",
+            ["tool", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "stream_adapter_call_seconds",
+            "Wall time of a tool run, retries and backoff included.",
+            ["tool"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "stream_adapter_calls_in_flight", "Tool runs in progress now.", registry=r
+        )
+        self.retries = Counter(
+            "stream_adapter_retries",
+            "Retries of retryable failures, by tool.",
+            ["tool"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "stream_adapter_dead_letters",
+            "Messages copied to the dead-letter topic, by source topic and error kind.",
+            ["topic", "kind"],
+            registry=r,
+        )
+        self.approval_wait = Histogram(
+            "stream_adapter_approval_wait_seconds",
+            "Time from parking a call to its reviewer's first decision.",
+            ["tool", "verdict"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self._calls: dict[tuple[str | None, str], Any] = {}
+        self._latency: dict[str, Any] = {}
+        self._retries: dict[str, Any] = {}
+
+    def label(self, tool: str | None) -> str:
+        """The tool label: the name when the executor knows it, else UNKNOWN_TOOL."""
+        return tool if tool is not None and tool in self._known else UNKNOWN_TOOL
+
+    def replied(self, tool: str | None, status: str) -> None:
+        """Count one reply written."""
+        child = self._calls.get((tool, status))
+        if child is None:
+            child = self._calls[(tool, status)] = self.calls.labels(self.label(tool), status)
+        child.inc()
+
+    def started(self) -> float:
+        """A tool run begins: one more in flight; returns the start time for `finished`."""
+        self.in_flight.inc()
+        return time.perf_counter()
+
+    def finished(self, tool: str, started: float) -> None:
+        """A tool run ended (any outcome): one fewer in flight, its latency observed."""
+        self.in_flight.dec()
+        child = self._latency.get(tool)
+        if child is None:
+            child = self._latency[tool] = self.latency.labels(self.label(tool))
+        child.observe(time.perf_counter() - started)
+
+    def retried(self, tool: str) -> None:
+        child = self._retries.get(tool)
+        if child is None:
+            child = self._retries[tool] = self.retries.labels(self.label(tool))
+        child.inc()
+
+    def dead_lettered(self, topic: str, kind: str) -> None:
+        self.dead_letters.labels(topic, kind).inc()
+
+    def decided(self, tool: str, approved: bool, requested_at: str, decided_at: str | None) -> None:
+        """Observe how long a parked call waited for its (first) decision."""
+        if decided_at is None:
+            return
+        try:
+            waited = (
+                datetime.fromisoformat(decided_at) - datetime.fromisoformat(requested_at)
+            ).total_seconds()
+        except ValueError:
+            return
+        verdict = "approved" if approved else "denied"
+        self.approval_wait.labels(self.label(tool), verdict).observe(max(0.0, waited))
+
+    def watch(
+        self, app: Any, table: Any, topics: Iterable[str], *, pending_every_s: float = 10.0
+    ) -> None:
+        """Read pending approvals from table and lag from app's consumer at scrape time."""
+        self.registry.register(_ScrapeCollector(app, table, frozenset(topics), pending_every_s))
+
+
+def count_pending(values: Iterable[bytes]) -> int:
+    """How many approval records (JSON bytes) are in state pending."""
+    pending = 0
+    for raw in values:
+        try:
+            if orjson.loads(raw).get("state") == "pending":
+                pending += 1
+        except (orjson.JSONDecodeError, AttributeError):
+            continue
+    return pending
+
+
+class _ScrapeCollector(Collector):
+    """Pending approvals (from the local table partitions) and per-partition consumer lag."""
+
+    def __init__(self, app: Any, table: Any, topics: frozenset[str], every_s: float) -> None:
+        self._app = app
+        self._table = table
+        self._topics = topics
+        self._every_s = every_s
+        self._pending: tuple[float, int] | None = None
+
+    def describe(self) -> list[Metric]:
+        return []  # collected live; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        pending = GaugeMetricFamily(
+            "stream_adapter_pending_approvals",
+            "Approval records in state pending on this worker's table partitions.",
+        )
+        count = self._safe(self._count_pending)
+        if count is not None:
+            pending.add_metric([], count)
+        yield pending
+        lag = GaugeMetricFamily(
+            "stream_adapter_consumer_lag",
+            "Messages after the committed offset, per assigned input partition.",
+            labels=["topic", "partition"],
+        )
+        for topic, partition, value in self._safe(self._lags) or ():
+            lag.add_metric([topic, str(partition)], value)
+        yield lag
+
+    @staticmethod
+    def _safe(read: Callable[[], Any]) -> Any:
+        # A scrape during start-up or a rebalance must not fail the whole page.
+        try:
+            return read()
+        except Exception:
+            return None
+
+    def _count_pending(self) -> int:
+        now = time.monotonic()
+        if self._pending is not None and now - self._pending[0] < self._every_s:
+            return self._pending[1]
+        count = count_pending(self._table.data.values())
+        self._pending = (now, count)
+        return count
+
+    def _lags(self) -> list[tuple[str, int, int]]:
+        consumer = self._app.consumer
+        out: list[tuple[str, int, int]] = []
+        for tp in sorted(consumer.assignment()):
+            if tp.topic not in self._topics:
+                continue
+            end = consumer.highwater(tp)
+            if end is None:
+                continue
+            committed = consumer._committed_offset.get(tp)
+            out.append((tp.topic, tp.partition, max(0, end - (committed or 0))))
+        return out
