@@ -43,5 +43,8 @@ def run_worker(settings: Settings) -> None:
     worker = Worker(
         app, loglevel=_FAUST_LEVELS[settings.log_level], quiet=True, override_logging=False
     )
+    # Faust's start-up spinner writes terminal escapes into the log stream (a JSON-lines
+    # reader would choke on them); a service logs "Ready" instead.
+    worker.spinner = None
     configure_logging(settings.log_level, settings.log_format)
     worker.execute_from_commandline()

@@ -7,6 +7,7 @@ import asyncio
 import urllib.request
 from typing import Any
 
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -157,3 +158,30 @@ async def test_traceparent_follows_the_approval_path(
     )
     ok = await client.reply_for(status="ok", run_id=run_id)
     assert _trace(client.reply_headers[client.replies.index(ok)])[1] == review_trace
+
+
+async def test_worker_logs_json_lines_with_ids_and_kinds(
+    worker_factory: Any, client: Client
+) -> None:
+    worker: WorkerProcess = worker_factory(STREAM_ADAPTER_LOG_FORMAT="json")
+    await worker.ready()
+    sent = await client.call("boom")
+    await client.reply_for(status="error", run_id=sent.run_id)
+
+    def failed_line() -> dict[str, Any] | None:
+        for line in worker.log_text().splitlines():
+            if line.startswith("{") and '"call failed"' in line:
+                return dict(orjson.loads(line))
+        return None
+
+    record = await wait_for(failed_line, timeout_s=10, what="a JSON 'call failed' line")
+    assert record["level"] == "WARNING"
+    assert record["logger"] == "stream_adapter"
+    assert record["tool"] == "boom"
+    assert record["error_kind"] == "ToolFailed"
+    assert (record["run_id"], record["call_id"]) == (sent.run_id, sent.call_id)
+    assert record["message_id"] == sent.message_id
+    ours = [line for line in worker.log_text().splitlines() if "stream_adapter" in line]
+    assert ours and all(line.startswith("{") for line in ours), [
+        line for line in ours if not line.startswith("{")
+    ][:3]
