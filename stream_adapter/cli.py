@@ -16,7 +16,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from stream_adapter.chaos.commands import COMMANDS as CHAOS_COMMANDS
 from stream_adapter.errors import AdapterError
+from stream_adapter.ops.commands import COMMANDS as OPS_COMMANDS
 from stream_adapter.review.commands import COMMANDS as REVIEW_COMMANDS
 from stream_adapter.settings import Settings
 
@@ -195,7 +197,11 @@ def worker(settings: Settings) -> None:
         _fail(exc)
 
 
+for _command in CHAOS_COMMANDS:  # chaos, fuzz (stream_adapter/chaos/)
+    cli.add_command(_command)
 for _command in REVIEW_COMMANDS:  # review, reviewers, approvals (stream_adapter/review/)
+    cli.add_command(_command)
+for _command in OPS_COMMANDS:  # call, dlq (stream_adapter/ops/)
     cli.add_command(_command)
 
 

@@ -1,0 +1,1 @@
+"""Operator tools over Kafka: request-reply calls and dead-letter inspection and replay."""

@@ -1,0 +1,108 @@
+"""`stream-adapter call`: produce one envelope and follow its replies (request-reply over Kafka).
+
+The reply consumer is positioned at the end of every partition of the replies topic *before*
+the call is produced, so no reply can slip past it. Replies are matched by run_id and
+call_id: the ids the worker derives from the produced message's delivery id, computed here
+with the same function (or the ids the caller gave).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaProducer
+
+from stream_adapter.envelope import parse_envelope
+from stream_adapter.ops.topic import consumer, partitions
+from stream_adapter.replies import Reply
+from stream_adapter.settings import Settings
+
+PENDING = "pending_approval"
+
+
+@dataclass
+class CallResult:
+    """The produced call's delivery id and ids, and every reply seen for it, in order."""
+
+    message_id: str
+    run_id: str
+    call_id: str
+    replies: list[Reply] = field(default_factory=list)
+
+    @property
+    def final(self) -> Reply | None:
+        """The last reply unless it is still pending_approval."""
+        if self.replies and self.replies[-1].get("status") != PENDING:
+            return self.replies[-1]
+        return None
+
+
+def envelope_for(
+    tool: str, arguments: dict[str, Any], run_id: str | None, call_id: str | None
+) -> dict[str, Any]:
+    """The envelope to produce; ToolUsageError when it is not one the worker would accept."""
+    body: dict[str, Any] = {"tool": tool, "arguments": arguments}
+    if run_id is not None:
+        body["run_id"] = run_id
+    if call_id is not None:
+        body["call_id"] = call_id
+    parse_envelope(body)  # validate before anything is produced
+    return body
+
+
+async def call(
+    settings: Settings,
+    body: dict[str, Any],
+    *,
+    wait_s: float,
+    key: bytes | None = None,
+    on_reply: Callable[[Reply], None] | None = None,
+) -> CallResult:
+    """Produce body to the calls topic; collect its replies until a final one or wait_s."""
+    replies = consumer(settings)
+    await replies.start()
+    try:
+        tps = await partitions(replies, settings.replies_topic)
+        replies.assign(tps)
+        await replies.seek_to_end(*tps)
+        for tp in tps:
+            await replies.position(tp)  # resolve "end" now, before the call exists
+        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+        await producer.start()
+        try:
+            meta = await producer.send_and_wait(settings.calls_topic, orjson.dumps(body), key=key)
+        finally:
+            await producer.stop()
+        message_id = f"{settings.calls_topic}:{meta.partition}:{meta.offset}"
+        envelope = parse_envelope(body, message_id=message_id, source=settings.source)
+        result = CallResult(message_id, envelope.run_id, envelope.call_id)
+        await _follow(replies, result, wait_s, on_reply)
+        return result
+    finally:
+        await replies.stop()
+
+
+async def _follow(
+    replies: Any, result: CallResult, wait_s: float, on_reply: Callable[[Reply], None] | None
+) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while (left := deadline - loop.time()) > 0:
+        batches = await replies.getmany(timeout_ms=int(min(0.5, left) * 1000) or 1)
+        for messages in batches.values():
+            for message in messages:
+                try:
+                    reply = orjson.loads(message.value)
+                except orjson.JSONDecodeError:
+                    continue
+                if (reply.get("run_id"), reply.get("call_id")) != (result.run_id, result.call_id):
+                    continue
+                result.replies.append(reply)
+                if on_reply is not None:
+                    on_reply(reply)
+                if reply.get("status") != PENDING:
+                    return
