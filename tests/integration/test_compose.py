@@ -39,3 +39,29 @@ def test_worker_starts_after_topics_exist() -> None:
     worker = _compose()["services"]["worker"]
     assert worker["depends_on"]["topics"]["condition"] == "service_completed_successfully"
     assert worker["environment"]["STREAM_ADAPTER_BROKER"].startswith("kafka://kafka:")
+
+
+def test_review_service_is_part_of_the_stack() -> None:
+    services = _compose()["services"]
+    review = services["review"]
+    assert review["command"] == ["review"]
+    assert review["environment"]["STREAM_ADAPTER_REVIEW_HOST"] == "0.0.0.0"
+    assert review["environment"]["STREAM_ADAPTER_BROKER"].startswith("kafka://kafka:")
+    assert review["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+
+
+def test_prometheus_scrapes_the_workers_metrics_port() -> None:
+    services = _compose()["services"]
+    prometheus = services["prometheus"]
+    mount = next(v for v in prometheus["volumes"] if v.startswith("./prometheus.yml:"))
+    assert (ROOT / mount.split(":")[0]).exists()
+    config = yaml.safe_load((ROOT / "prometheus.yml").read_text())
+    targets = [
+        target
+        for job in config["scrape_configs"]
+        for static in job["static_configs"]
+        for target in static["targets"]
+    ]
+    port = services["worker"]["environment"]["STREAM_ADAPTER_WEB_PORT"]
+    assert f"worker:{port}" in targets
+    assert f"{port}:{port}" in services["worker"]["ports"]
