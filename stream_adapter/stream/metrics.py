@@ -83,7 +83,10 @@ class Metrics:
         """Count one reply written."""
         child = self._calls.get((tool, status))
         if child is None:
-            child = self._calls[(tool, status)] = self.calls.labels(self.label(tool), status)
+            label = self.label(tool)
+            child = self.calls.labels(label, status)
+            if label != UNKNOWN_TOOL:  # names sent by producers must not grow the cache
+                self._calls[(tool, status)] = child
         child.inc()
 
     def started(self) -> float:

@@ -1,0 +1,103 @@
+"""Metrics, tracing and dead-letter replay pieces that need no broker."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from prometheus_client import generate_latest
+
+from stream_adapter.ids import derive_ids
+from stream_adapter.ops.dlq import DeadLetter, ReplaySkipped, replay_value
+from stream_adapter.settings import Settings
+from stream_adapter.stream.metrics import UNKNOWN_TOOL, Metrics, count_pending
+from stream_adapter.stream.tracing import Tracing, as_headers, build_tracing, traceparent
+
+
+def _value(metrics: Metrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_tool_labels_are_bounded_to_known_tools() -> None:
+    metrics = Metrics(["echo"])
+    metrics.replied("echo", "ok")
+    for i in range(100):
+        metrics.replied(f"made-up-{i}", "error")
+    metrics.replied(None, "error")
+    assert _value(metrics, "stream_adapter_calls_total", tool="echo", status="ok") == 1
+    assert _value(metrics, "stream_adapter_calls_total", tool=UNKNOWN_TOOL, status="error") == 101
+    assert len(metrics._calls) == 1  # unknown names are not cached either
+    assert b"made-up" not in generate_latest(metrics.registry)
+
+
+def test_run_bookkeeping_and_decision_wait() -> None:
+    metrics = Metrics(["echo", "send_invoice"])
+    started = metrics.started()
+    assert _value(metrics, "stream_adapter_calls_in_flight") == 1
+    metrics.finished("echo", started)
+    metrics.retried("echo")
+    metrics.dead_lettered("calls", "ToolFailed")
+    metrics.decided("send_invoice", True, "2025-01-01T00:00:00.000Z", "2025-01-01T00:01:30.000Z")
+    metrics.decided("send_invoice", False, "bad", "2025-01-01T00:00:00Z")  # ignored
+    assert _value(metrics, "stream_adapter_calls_in_flight") == 0
+    assert _value(metrics, "stream_adapter_call_seconds_count", tool="echo") == 1
+    assert _value(metrics, "stream_adapter_retries_total", tool="echo") == 1
+    assert _value(metrics, "stream_adapter_dead_letters_total", topic="calls", kind="ToolFailed")
+    wait = "stream_adapter_approval_wait_seconds"
+    assert _value(metrics, f"{wait}_sum", tool="send_invoice", verdict="approved") == 90
+    assert _value(metrics, f"{wait}_count", tool="send_invoice", verdict="denied") is None
+
+
+def test_count_pending_reads_the_state_field_only() -> None:
+    records = [
+        orjson.dumps({"state": "pending", "arguments": {}}),
+        orjson.dumps({"state": "done", "arguments": {"state": "pending"}}),
+        b"not json",
+    ]
+    assert count_pending(records) == 1
+
+
+def test_tracing_off_is_none_and_on_continues_the_parent() -> None:
+    assert build_tracing(False, "app") is None
+    tracing = Tracing("unit")
+    trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    incoming = {"traceparent": f"00-{trace_id}-{parent}-01".encode()}
+    with tracing.span("tool echo", incoming, tool="echo") as out:
+        tracing.failed("ToolFailed")
+    headers = dict(out)
+    _, got_trace, got_span, _ = headers["traceparent"].decode().split("-")
+    assert got_trace == trace_id and got_span != parent
+    assert traceparent(incoming) == incoming["traceparent"].decode()
+    assert as_headers(None) == {} and traceparent({"traceparent": b"\xff"}) is None
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(calls_topic="calls", decisions_topic="decisions")
+
+
+def _letter(value: bytes, topic: str, message_id: str) -> DeadLetter:
+    headers = {"source-topic": topic, "message-id": message_id, "error-kind": "ToolFailed"}
+    return DeadLetter(0, 0, b"k", value, headers)
+
+
+def test_replay_spells_out_the_originally_derived_ids(settings: Settings) -> None:
+    letter = _letter(b'{"tool": "boom", "arguments": {}}', "calls", "calls:3:17")
+    body = orjson.loads(replay_value(settings, letter))
+    assert (body["run_id"], body["call_id"]) == derive_ids("calls:3:17", settings.source)
+    given = _letter(b'{"tool": "t", "arguments": {}, "run_id": "r", "call_id": "c"}', "calls", "x")
+    assert orjson.loads(replay_value(settings, given))["run_id"] == "r"
+
+
+@pytest.mark.parametrize(
+    ("value", "topic", "message_id", "reason"),
+    [
+        (b'{"approval_id": "a", "approved": true}', "decisions", "decisions:0:1", "calls topic"),
+        (b"{not json", "calls", "calls:0:1", "not a valid envelope"),
+        (b'{"tool": "t", "arguments": {}}', "calls", "", "no message-id"),
+    ],
+)
+def test_replay_skips_what_it_cannot_replay_as_the_same_call(
+    settings: Settings, value: bytes, topic: str, message_id: str, reason: str
+) -> None:
+    with pytest.raises(ReplaySkipped, match=reason):
+        replay_value(settings, _letter(value, topic, message_id))
