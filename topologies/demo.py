@@ -25,13 +25,13 @@ class FlakyError(RuntimeError):
 
 
 @registry.tool
-def echo(**arguments: Any) -> dict[str, Any]:
-    """Return the arguments unchanged."""
+async def echo(**arguments: Any) -> dict[str, Any]:
+    """Return the arguments unchanged (async: a sync tool would pay for a thread hop)."""
     return arguments
 
 
 @registry.tool
-def add(a: int, b: int) -> int:
+async def add(a: int, b: int) -> int:
     """a + b; non-integers are a 422."""
     return a + b
 

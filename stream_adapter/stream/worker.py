@@ -39,6 +39,7 @@ def run_worker(settings: Settings) -> None:
     # The topology module reads its settings from the environment: pass CLI overrides on.
     for name, value in settings.model_dump(mode="json").items():
         os.environ[f"STREAM_ADAPTER_{name.upper()}"] = str(value)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
     app = load_topology(settings)
     worker = Worker(
         app, loglevel=_FAUST_LEVELS[settings.log_level], quiet=True, override_logging=False

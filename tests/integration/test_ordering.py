@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
-from tests.harness import Client, WorkerProcess, dead_letters, group_lag, wait_for
+from tests.harness import Client, WorkerProcess, dead_letters, group_lag, unique, wait_for
 
 
 async def test_slow_key_does_not_delay_other_keys_and_keeps_its_order(
@@ -61,3 +62,32 @@ async def test_poison_message_between_valid_ones(worker: WorkerProcess, client: 
         )
 
     await wait_for(lag_is_zero, timeout_s=30, what="consumer lag 0", interval_s=0.2)
+
+
+async def test_retrying_call_holds_back_only_its_own_key(
+    worker_factory: Callable[..., WorkerProcess], client: Client
+) -> None:
+    # Backoff of 0.5 s, 1 s: key R waits about 1.5 s in retries; key S must not.
+    worker = worker_factory(STREAM_ADAPTER_RETRY_BACKOFF_S="0.5")
+    await worker.ready()
+    retrying = client.sent(
+        *await client.send(
+            {"tool": "flaky", "arguments": {"key": unique("r"), "fail_times": 2}},
+            key=b"R",
+            partition=2,
+        )
+    )
+    behind = client.sent(
+        *await client.send({"tool": "echo", "arguments": {}}, key=b"R", partition=2)
+    )
+    other = client.sent(
+        *await client.send({"tool": "echo", "arguments": {}}, key=b"S", partition=2)
+    )
+    await client.wait_replies(
+        lambda rs: all(client.replies_for(run_id=s.run_id) for s in (retrying, behind, other)),
+        what="three replies",
+    )
+    order = [r["run_id"] for r in client.replies]
+    assert order.index(other.run_id) < order.index(retrying.run_id), "S waited for R's retries"
+    assert order.index(retrying.run_id) < order.index(behind.run_id), "R ran out of order"
+    assert client.replies_for(run_id=retrying.run_id)[0]["result"] == {"attempts": 3}

@@ -1,0 +1,61 @@
+"""`stream-adapter topics create|describe`: idempotent, and drift is reported, not accepted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from stream_adapter.settings import Settings
+from stream_adapter.stream.topics import approval_requests_topic
+from tests.harness import make_settings, settings_env
+
+
+def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**settings_env(settings), "COLUMNS": "200", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "stream_adapter", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_create_is_idempotent_and_describe_is_clean(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    settings = make_settings(kafka_bootstrap, tmp_path)
+    first = _cli(settings, "topics", "create")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.count("created") == 6
+    again = _cli(settings, "topics", "create")
+    assert again.returncode == 0 and "created" not in again.stdout
+    described = _cli(settings, "topics", "describe")
+    assert described.returncode == 0
+    for name in (settings.calls_topic, settings.approvals_topic, approval_requests_topic(settings)):
+        assert name in described.stdout
+
+
+async def test_drift_is_reported(kafka_bootstrap: str, tmp_path: Path) -> None:
+    settings = make_settings(kafka_bootstrap, tmp_path)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    await admin.create_topics(
+        [
+            NewTopic(settings.calls_topic, 2, 1),
+            NewTopic(settings.approvals_topic, settings.partitions, 1),
+        ]
+    )
+    await admin.close()
+    created = _cli(settings, "topics", "create")
+    assert created.returncode == 2, created.stdout
+    assert f"has 2 partitions, needs {settings.partitions}" in created.stdout
+    assert "cleanup.policy=delete, needs compact" in created.stdout
+    described = _cli(settings, "topics", "describe")
+    assert described.returncode == 2
+    missing = make_settings(kafka_bootstrap, tmp_path / "other")
+    assert "missing" in _cli(missing, "topics", "describe").stdout
