@@ -21,6 +21,7 @@ from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.approvals import ApprovalFlow, ApprovalTable
 from stream_adapter.stream.calls import process_call
 from stream_adapter.stream.context import FlowContext
+from stream_adapter.stream.highwaters import use_broker_highwaters
 from stream_adapter.stream.keyed import KeyedScheduler
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.outputs import Delivery, Outputs
@@ -116,6 +117,8 @@ def build_app(
         settings.decisions_topic, approval_requests_topic(settings), partitions=p, **RAW
     )
     exactly_once = settings.processing_guarantee == "exactly_once"
+    if exactly_once:
+        use_broker_highwaters()  # Faust's own lose tables after a rebalance (highwaters.py)
     outputs = Outputs(
         app,
         replies=app.topic(settings.replies_topic, partitions=p, **RAW),

@@ -1,0 +1,212 @@
+"""The processes a chaos run controls: a broker it may kill and restart, and worker processes.
+
+Workers are real `stream-adapter worker` processes (their own session, so SIGKILL takes the
+whole process group, exactly like `kill -9` by an operator). A worker slot keeps its RocksDB
+folder across restarts, as a restarted pod or unit would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stream_adapter.broker import local
+from stream_adapter.errors import BrokerError
+from stream_adapter.settings import Settings
+
+READY_LINE = b"Worker ready"
+
+
+@dataclass
+class BrokerControl:
+    """The run's broker; `config` is None for a given bootstrap, which cannot be restarted."""
+
+    bootstrap: str
+    config: local.BrokerConfig | None = None
+
+    @classmethod
+    async def start_local(
+        cls, home: Path, jars_dir: Path | None, heap_mb: int = 768
+    ) -> BrokerControl:
+        """A fresh single-node broker on free ports under home."""
+        config = local.BrokerConfig(
+            home=home,
+            port=local.free_port(),
+            controller_port=local.free_port(),
+            jars_dir=jars_dir,
+            heap_mb=heap_mb,
+        )
+        bootstrap = await asyncio.to_thread(local.start, config)
+        return cls(bootstrap, config)
+
+    @property
+    def restartable(self) -> bool:
+        return self.config is not None
+
+    async def kill(self) -> None:
+        """SIGKILL the broker (its data stays, as after a power cut of the process)."""
+        if self.config is None:
+            raise BrokerError("a broker given by --bootstrap cannot be killed by this run")
+        await asyncio.to_thread(local.stop, self.config, kill=True)
+
+    async def start_again(self) -> None:
+        """Start the killed broker on the same ports and data; returns once it answers."""
+        if self.config is None:
+            raise BrokerError("a broker given by --bootstrap cannot be restarted by this run")
+        await asyncio.to_thread(local.start, self.config)
+
+    async def stop(self) -> None:
+        if self.config is not None:
+            await asyncio.to_thread(local.stop, self.config)
+
+
+def worker_env(settings: Settings, extra: dict[str, str]) -> dict[str, str]:
+    """The environment of a worker process: the settings as STREAM_ADAPTER_* plus extra."""
+    env = dict(os.environ)
+    for name, value in settings.model_dump(mode="json").items():
+        env[f"STREAM_ADAPTER_{name.upper()}"] = str(value)
+    env.update(extra)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class Worker:
+    """One worker slot: a process started, killed and started again under one name."""
+
+    name: str
+    workdir: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    _log_start: int = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def start(self) -> None:
+        """Start the process (its RocksDB folder is the slot's, kept across restarts)."""
+        if self.alive:
+            return
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {**self.env, "STREAM_ADAPTER_DATA_DIR": str(self.workdir / f"{self.name}-data")}
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "stream_adapter", "worker"],
+                cwd=self.workdir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.starts += 1
+
+    def log_since_start(self) -> bytes:
+        if not self.log_path.exists():
+            return b""
+        with open(self.log_path, "rb") as log:
+            log.seek(self._log_start)
+            return log.read()
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_since_start()[-chars:].decode(errors="replace")
+
+    async def ready(self, timeout_s: float = 90.0) -> None:
+        """Wait until this start has joined the group and recovered its tables."""
+        deadline = time.monotonic() + timeout_s
+        while READY_LINE not in self.log_since_start():
+            if not self.alive:
+                raise BrokerError(f"worker {self.name} exited during start:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise BrokerError(f"worker {self.name} not ready after {timeout_s:.0f}s")
+            await asyncio.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: the crash the guarantees are about."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    async def terminate(self, timeout_s: float = 60.0) -> int:
+        """SIGTERM and wait for the clean exit (SIGKILL past timeout_s); the exit code."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(self.proc.wait, timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return int(self.proc.returncode)
+
+
+@dataclass
+class WorkerPool:
+    """The run's worker slots. Slots the run did not stop but that exited are unplanned exits."""
+
+    settings: Settings
+    workdir: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    workers: dict[str, Worker] = field(default_factory=dict)
+    unplanned_exits: list[str] = field(default_factory=list)
+    _wanted: set[str] = field(default_factory=set)
+
+    def slot(self, name: str) -> Worker:
+        if name not in self.workers:
+            env = worker_env(self.settings, self.extra_env)
+            self.workers[name] = Worker(name, self.workdir, env)
+        return self.workers[name]
+
+    async def start(self, name: str) -> Worker:
+        """Start slot name and wait until it is ready."""
+        worker = self.slot(name)
+        self._wanted.add(name)
+        worker.start()
+        await worker.ready()
+        return worker
+
+    def live(self) -> list[Worker]:
+        return [w for name, w in sorted(self.workers.items()) if name in self._wanted and w.alive]
+
+    def kill(self, worker: Worker) -> None:
+        """SIGKILL worker; the run starts it again itself, so this is not an unplanned exit."""
+        self._wanted.discard(worker.name)
+        worker.kill()
+
+    async def stop(self, worker: Worker) -> int:
+        """Scale down: SIGTERM, so in-flight calls finish and offsets are committed."""
+        self._wanted.discard(worker.name)
+        return await worker.terminate()
+
+    async def supervise(self) -> list[str]:
+        """Restart wanted workers that exited on their own (what a supervisor would do)."""
+        restarted = []
+        for name in sorted(self._wanted):
+            worker = self.workers[name]
+            if not worker.alive:
+                self.unplanned_exits.append(name)
+                restarted.append(name)
+                await self.start(name)
+        return restarted
+
+    async def stop_all(self) -> None:
+        for worker in list(self.workers.values()):
+            self._wanted.discard(worker.name)
+            await worker.terminate(timeout_s=30)

@@ -1,0 +1,163 @@
+"""The chaos run's load: a mix of demo calls, the producer that sends them, and a reviewer bot.
+
+Every call carries explicit ids (`run_id` is the Kafka key, so a run's calls stay in order),
+which is how replies, ledger lines and approval records are matched to calls afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaProducer
+
+from stream_adapter import logs
+from stream_adapter.approvals import Decision
+from stream_adapter.review.decide import decision_message
+from stream_adapter.settings import Settings
+from stream_adapter.signing import DecisionKeys
+
+from .observe import FETCH_BYTES
+
+# tool -> share of the mix; sleep stays well under the tool's 2 s timeout.
+MIX: dict[str, float] = {
+    "echo": 0.45,
+    "flaky": 0.15,
+    "sleep": 0.10,
+    "boom": 0.10,
+    "send_invoice": 0.20,
+}
+EXPECTED = {"echo": "ok", "flaky": "ok", "sleep": "ok", "boom": "error", "send_invoice": "ok"}
+REVIEWER = "chaos-reviewer"
+
+
+@dataclass(frozen=True, slots=True)
+class CallSpec:
+    """One call of the mix."""
+
+    tool: str
+    arguments: dict[str, Any]
+    run_id: str
+    call_id: str
+
+    def envelope(self) -> bytes:
+        return orjson.dumps(
+            {
+                "tool": self.tool,
+                "arguments": self.arguments,
+                "run_id": self.run_id,
+                "call_id": self.call_id,
+            }
+        )
+
+
+def _arguments(tool: str, rng: random.Random, call_id: str) -> dict[str, Any]:
+    if tool == "echo":
+        return {"n": rng.randrange(1 << 30), "text": "x" * rng.randrange(64)}
+    if tool == "flaky":  # at most 2 failures: the third attempt (the default) succeeds
+        return {"key": call_id, "fail_times": rng.randrange(3)}
+    if tool == "sleep":
+        return {"seconds": round(rng.uniform(0.01, 0.3), 3)}
+    if tool == "send_invoice":
+        return {"customer": f"cust-{rng.randrange(1000)}", "amount_cents": rng.randrange(1, 10**6)}
+    return {}
+
+
+def call_mix(count: int, rng: random.Random, *, runs: int | None = None) -> list[CallSpec]:
+    """count calls drawn from MIX, spread over `runs` run ids (Kafka keys)."""
+    runs = runs or max(16, count // 20)
+    run_ids = [f"run-{uuid.UUID(int=rng.getrandbits(128)).hex[:16]}" for _ in range(runs)]
+    tools = rng.choices(list(MIX), weights=list(MIX.values()), k=count)
+    out = []
+    for i, tool in enumerate(tools):
+        call_id = f"call-{i:06d}-{uuid.UUID(int=rng.getrandbits(128)).hex[:12]}"
+        out.append(CallSpec(tool, _arguments(tool, rng, call_id), rng.choice(run_ids), call_id))
+    return out
+
+
+def producer_for(settings: Settings) -> AIOKafkaProducer:
+    """An idempotent, all-acks producer that rides out a broker restart by retrying inside."""
+    return AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        acks="all",
+        enable_idempotence=True,
+        request_timeout_ms=120_000,
+        max_request_size=FETCH_BYTES,
+    )
+
+
+class CallSender:
+    """Sends envelopes; a send that fails outright is sent again and counted (`resends`)."""
+
+    def __init__(self, settings: Settings, producer: AIOKafkaProducer) -> None:
+        self.settings = settings
+        self.producer = producer
+        self.resends = 0
+
+    async def send(
+        self,
+        value: bytes,
+        *,
+        key: bytes | None,
+        topic: str | None = None,
+        partition: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> tuple[int, int]:
+        """Produce one message and wait for its ack; (partition, offset)."""
+        for attempt in range(5):
+            try:
+                meta = await self.producer.send_and_wait(
+                    topic or self.settings.calls_topic,
+                    value,
+                    key=key,
+                    partition=partition,
+                    headers=headers,
+                )
+                return meta.partition, meta.offset
+            except Exception as exc:  # the broker is down: try again, and say so
+                if attempt == 4:
+                    raise
+                self.resends += 1
+                logs.event(
+                    logs.WARNING, "send failed, sending again", error_kind=type(exc).__name__
+                )
+                await asyncio.sleep(1.0)
+        raise AssertionError("unreachable")
+
+
+class AutoReviewer:
+    """Approves each send_invoice call once, as its first pending_approval reply arrives."""
+
+    def __init__(self, sender: CallSender, keys: DecisionKeys) -> None:
+        self.sender = sender
+        self.keys = keys
+        self.decided: set[str] = set()
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    async def on_reply(self, reply: dict[str, Any]) -> None:
+        """ReplyReader hook."""
+        approval_id = reply.get("approval_id")
+        if reply.get("status") == "pending_approval" and approval_id not in self.decided:
+            self.decided.add(str(approval_id))
+            self._queue.put_nowait(str(approval_id))
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._decide())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _decide(self) -> None:
+        topic = self.sender.settings.decisions_topic
+        while True:
+            approval_id = await self._queue.get()
+            decision = Decision(approval_id=approval_id, approved=True, reviewer=REVIEWER)
+            value, headers = decision_message(decision, self.keys)
+            await self.sender.send(value, key=approval_id.encode(), topic=topic, headers=headers)

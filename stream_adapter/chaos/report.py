@@ -1,0 +1,178 @@
+"""The chaos run's figures: computed from replies, the ledger and the approvals changelog.
+
+Definitions (docs/chaos.md):
+- a call without a terminal reply has no `ok`, `error` or `already_done` reply;
+- an approval asked twice is a call with more than one distinct approval_id among its
+  `pending_approval` replies, or an approval_id with more than one committed `pending` record;
+- an approved call run twice has more than one ledger line for its call_id;
+- duplicate replies are replies beyond the first `pending_approval` and the first terminal one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .load import EXPECTED, CallSpec
+
+TERMINAL = frozenset({"ok", "error", "already_done"})
+
+
+@dataclass(frozen=True, slots=True)
+class FaultRecord:
+    """One fault: what, when (seconds into the run), and how long until every partition answered."""
+
+    kind: str
+    target: str
+    at_s: float
+    recover_s: float | None
+
+
+@dataclass(slots=True)
+class ChaosFigures:
+    """What a chaos run reports; `passed` is the acceptance verdict."""
+
+    guarantee: str
+    reader: str
+    broker: str
+    calls: int
+    duration_s: float
+    calls_without_terminal_reply: int
+    approvals_asked_twice: int
+    approved_runs_twice: int
+    approved_outcome_unknown: int
+    duplicate_replies: int
+    duplicate_pending_replies: int
+    duplicate_terminal_replies: int
+    unexpected_outcomes: int
+    final_lag: int
+    worker_kills: int
+    unplanned_worker_exits: int
+    producer_resends: int
+    faults: list[FaultRecord] = field(default_factory=list)
+    outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
+    missing_examples: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.calls_without_terminal_reply == 0
+            and self.approvals_asked_twice == 0
+            and self.approved_runs_twice == 0
+            and self.final_lag == 0
+            and self.unexpected_outcomes == 0
+            and all(f.recover_s is not None for f in self.faults)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "passed": self.passed}
+
+
+def ledger_counts(path: Path) -> Counter[str]:
+    """Ledger lines per call_id (each line is one run of send_invoice)."""
+    if not path.exists():
+        return Counter()
+    return Counter(json.loads(line)["call_id"] for line in path.read_text().splitlines() if line)
+
+
+def pending_records(changelog: Iterable[Any]) -> Counter[str]:
+    """Committed `pending` writes per approval_id in the approvals changelog."""
+    out: Counter[str] = Counter()
+    for message in changelog:
+        if message.value is None:
+            continue
+        record = json.loads(message.value)
+        if record.get("state") == "pending":
+            out[record["approval_id"]] += 1
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyFigures:
+    """What the replies alone say about the calls."""
+
+    without_terminal: list[str]
+    asked_twice: set[str]
+    unknown_outcome: int
+    duplicate_pending: int
+    duplicate_terminal: int
+    unexpected: int
+    outcomes: dict[str, dict[str, int]]
+
+
+def reply_figures(
+    calls: Sequence[CallSpec], by_call: Mapping[str, list[dict[str, Any]]]
+) -> ReplyFigures:
+    without, asked_twice = [], set()
+    unknown = dup_pending = dup_terminal = unexpected = 0
+    outcomes: dict[str, Counter[str]] = defaultdict(Counter)
+    for call in calls:
+        replies = by_call.get(call.call_id, [])
+        pending = [r for r in replies if r.get("status") == "pending_approval"]
+        terminal = [r for r in replies if r.get("status") in TERMINAL]
+        dup_pending += max(0, len(pending) - 1)
+        dup_terminal += max(0, len(terminal) - 1)
+        if len({r.get("approval_id") for r in pending}) > 1:
+            asked_twice.add(call.call_id)
+        if not terminal:
+            without.append(call.call_id)
+            outcomes[call.tool]["(none)"] += 1
+            continue
+        first = terminal[0]
+        status = str(first["status"])
+        if status == "already_done" and first.get("outcome") == "unknown":
+            unknown += 1
+            status = "already_done (unknown)"
+        elif status != EXPECTED[call.tool]:
+            unexpected += 1
+        outcomes[call.tool][status] += 1
+    return ReplyFigures(
+        without,
+        asked_twice,
+        unknown,
+        dup_pending,
+        dup_terminal,
+        unexpected,
+        {tool: dict(counts) for tool, counts in sorted(outcomes.items())},
+    )
+
+
+def render(figures: ChaosFigures, console: Console) -> None:
+    """The run's figures and its faults as two tables."""
+    verdict = "[green]PASS[/green]" if figures.passed else "[red]FAIL[/red]"
+    table = Table("figure", "value", title=f"chaos run, {figures.guarantee}: {verdict}")
+    rows: list[tuple[str, object]] = [
+        ("calls", figures.calls),
+        ("duration (s)", f"{figures.duration_s:.1f}"),
+        ("broker", figures.broker),
+        ("replies read", figures.reader),
+        ("calls without a terminal reply", figures.calls_without_terminal_reply),
+        ("approvals asked twice", figures.approvals_asked_twice),
+        ("approved calls run more than once", figures.approved_runs_twice),
+        ("approved calls with outcome unknown (killed mid-run)", figures.approved_outcome_unknown),
+        ("duplicate replies", figures.duplicate_replies),
+        ("  of them pending_approval", figures.duplicate_pending_replies),
+        ("  of them terminal", figures.duplicate_terminal_replies),
+        ("unexpected outcomes", figures.unexpected_outcomes),
+        ("final consumer lag", figures.final_lag),
+        ("worker SIGKILLs", figures.worker_kills),
+        ("unplanned worker exits", figures.unplanned_worker_exits),
+        ("producer resends", figures.producer_resends),
+    ]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    for tool, counts in figures.outcomes.items():
+        table.add_row(f"outcomes: {tool}", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    console.print(table)
+    faults = Table("fault", "target", "at (s)", "recovered after (s)")
+    for fault in figures.faults:
+        recovered = "NOT RECOVERED" if fault.recover_s is None else f"{fault.recover_s:.1f}"
+        faults.add_row(fault.kind, fault.target, f"{fault.at_s:.1f}", recovered)
+    console.print(faults)

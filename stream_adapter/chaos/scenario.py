@@ -1,0 +1,278 @@
+"""The chaos run: a paced call mix while workers are SIGKILLed, the broker restarts, and the
+group scales 1 -> 2 -> 1; then the figures (report.py).
+
+Faults happen one after another at random points of the load (a fraction of the calls sent),
+each followed by a recovery probe: one echo call per partition, sent right after the fault.
+The time to recover is from the fault until every probe has its reply, i.e. until every
+partition is served again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stream_adapter import logs
+from stream_adapter.settings import Settings
+from stream_adapter.signing import DecisionKeys
+
+from .environment import create_run_topics, run_settings
+from .harness import BrokerControl, WorkerPool
+from .load import AutoReviewer, CallSender, CallSpec, call_mix, producer_for
+from .observe import ReplyReader, read_topic, settle_lag
+from .report import (
+    TERMINAL,
+    ChaosFigures,
+    FaultRecord,
+    ledger_counts,
+    pending_records,
+    reply_figures,
+)
+
+SCALE_UP, KILL, BROKER, SCALE_DOWN = (
+    "scale-up 1->2",
+    "worker SIGKILL",
+    "broker restart",
+    "scale-down 2->1",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosOptions:
+    """How big, how fast and how hostile a run is."""
+
+    calls: int = 5000
+    rate: float = 40.0  # calls per second
+    kills: int = 3
+    broker_restart: bool = True
+    broker_down_s: float = 3.0
+    guarantee: str = "at_least_once"
+    partitions: int = 8
+    session_timeout_s: float = 10.0
+    max_seconds: float = 1800.0
+    recover_timeout_s: float = 120.0
+    seed: int | None = None
+
+
+def fault_plan(rng: random.Random, kills: int, broker_restart: bool) -> list[tuple[float, str]]:
+    """(fraction of calls sent, fault): scale up early, down late, the rest between, shuffled."""
+    middle = [KILL] * kills + ([BROKER] if broker_restart else [])
+    rng.shuffle(middle)
+    plan = [(rng.uniform(0.05, 0.15), SCALE_UP)]
+    width = 0.58 / max(1, len(middle))
+    for i, kind in enumerate(middle):
+        plan.append((0.2 + width * (i + rng.uniform(0.2, 0.8)), kind))
+    plan.append((rng.uniform(0.82, 0.9), SCALE_DOWN))
+    return plan
+
+
+class ChaosRun:
+    """One run: its settings, processes, load, and the faults it caused."""
+
+    def __init__(self, options: ChaosOptions, broker: BrokerControl, workdir: Path) -> None:
+        self.options = options
+        self.broker = broker
+        self.workdir = workdir
+        self.rng = random.Random(options.seed)
+        self.settings: Settings = run_settings(
+            broker.bootstrap,
+            workdir,
+            "chaos",
+            partitions=options.partitions,
+            processing_guarantee=options.guarantee,
+            session_timeout_s=options.session_timeout_s,
+            retry_backoff_s=0.05,
+        )
+        self.ledger = workdir / "ledger.jsonl"
+        self.pool = WorkerPool(
+            self.settings, workdir / "workers", {"STREAM_ADAPTER_DEMO_LEDGER": str(self.ledger)}
+        )
+        self.exactly_once = options.guarantee == "exactly_once"
+        self.reader = ReplyReader(self.settings, read_committed=self.exactly_once)
+        self.sent = 0
+        self.sent_changed = asyncio.Event()
+        self.faults: list[FaultRecord] = []
+        self.kills = 0
+        self.started = time.monotonic()
+
+    def _terminal(self, call_id: str) -> bool:
+        return any(r.get("status") in TERMINAL for r in self.reader.by_call.get(call_id, ()))
+
+    async def _produce(self, sender: CallSender, calls: list[CallSpec]) -> None:
+        """Send the calls at the configured rate (the pacing is the point, so it sleeps)."""
+        start = time.monotonic()
+        for i, call in enumerate(calls):
+            delay = start + i / self.options.rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await sender.send(call.envelope(), key=call.run_id.encode())
+            self.sent = i + 1
+            self.sent_changed.set()
+
+    async def _sent_at_least(self, count: int) -> None:
+        while self.sent < count:
+            self.sent_changed.clear()
+            await self.sent_changed.wait()
+
+    async def _probe(self, sender: CallSender, since: float) -> float | None:
+        """One echo per partition; seconds from `since` until all are answered (None: never)."""
+        tag = uuid.uuid4().hex[:8]
+        probes = [
+            CallSpec("echo", {"probe": p}, f"probe-{tag}-{p}", f"probe-{tag}-{p}")
+            for p in range(self.settings.partitions)
+        ]
+        await asyncio.gather(
+            *(
+                sender.send(probe.envelope(), key=probe.run_id.encode(), partition=p)
+                for p, probe in enumerate(probes)
+            )
+        )
+        answered = await self.reader.until(
+            lambda: all(self._terminal(p.call_id) for p in probes),
+            timeout_s=self.options.recover_timeout_s,
+        )
+        return time.monotonic() - since if answered else None
+
+    async def _fault(self, kind: str, sender: CallSender) -> None:
+        at = time.monotonic()
+        target = ""
+        action: Callable[[], Coroutine[Any, Any, object]] | None = None
+        if kind == SCALE_UP:
+            target = "w2"
+            action = lambda: self.pool.start("w2")  # noqa: E731
+        elif kind == KILL:
+            victim = self.rng.choice(self.pool.live())
+            target = victim.name
+            self.pool.kill(victim)
+            self.kills += 1
+            action = lambda: self.pool.start(victim.name)  # noqa: E731 - a supervisor restarts it
+        elif kind == BROKER:
+            target = "broker"
+            await self.broker.kill()
+            await asyncio.sleep(self.options.broker_down_s)  # the outage itself
+            await self.broker.start_again()
+        elif kind == SCALE_DOWN:
+            victim = self.rng.choice(self.pool.live())
+            target = victim.name
+            await self.pool.stop(victim)
+        logs.event(logs.INFO, "chaos fault", event=kind, tool=target)
+        # Probe at once (the outage) and again once the fault's follow-up (a restart, a new
+        # member) is done, since that starts a rebalance of its own; recovered when both answer.
+        restart: asyncio.Task[object] | None = None
+        if action is not None:
+            restart = asyncio.create_task(action())
+        recover = await self._probe(sender, at)
+        if restart is not None:
+            await restart
+            if recover is not None:
+                recover = await self._probe(sender, at)
+        self.faults.append(FaultRecord(kind, target, round(at - self.started, 2), recover))
+
+    async def _faults(self, sender: CallSender) -> None:
+        plan = fault_plan(
+            self.rng, self.options.kills, self.options.broker_restart and self.broker.restartable
+        )
+        for fraction, kind in plan:
+            await self._sent_at_least(max(1, int(fraction * self.options.calls)))
+            await self._fault(kind, sender)
+
+    async def _supervise(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            await self.pool.supervise()
+
+    async def run(self) -> ChaosFigures:
+        """Run the load and the faults; wait for the outcome; compute the figures."""
+        deadline = self.started + self.options.max_seconds
+        await create_run_topics(self.settings)
+        keys = DecisionKeys.parse(self.settings.decision_keys)
+        producer = producer_for(self.settings)
+        await producer.start()
+        sender = CallSender(self.settings, producer)
+        reviewer = AutoReviewer(sender, keys)
+        self.reader.hooks.append(reviewer.on_reply)
+        await self.reader.start()
+        reviewer.start()
+        calls = call_mix(self.options.calls, self.rng)
+        supervisor: asyncio.Task[None] | None = None
+        try:
+            await self.pool.start("w1")
+            supervisor = asyncio.create_task(self._supervise())
+            work = asyncio.gather(self._produce(sender, calls), self._faults(sender))
+            try:
+                await asyncio.wait_for(work, max(1.0, deadline - time.monotonic()))
+            except TimeoutError:
+                logs.event(logs.ERROR, "chaos run hit its time limit before the load was sent")
+            await self.reader.until(
+                lambda: all(self._terminal(c.call_id) for c in calls),
+                timeout_s=max(1.0, deadline - time.monotonic()),
+            )
+            lag = await settle_lag(self.settings, timeout_s=max(10.0, deadline - time.monotonic()))
+            duration = time.monotonic() - self.started
+            changelog = await read_topic(
+                self.settings.bootstrap_servers, self.settings.approvals_topic, read_committed=True
+            )
+        finally:
+            if supervisor is not None:
+                supervisor.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await supervisor
+            await reviewer.stop()
+            await self.reader.stop()
+            await producer.stop()
+            await self.pool.stop_all()
+        return self._figures(calls, lag, duration, changelog, sender.resends)
+
+    def _figures(
+        self,
+        calls: list[CallSpec],
+        lag: int,
+        duration: float,
+        changelog: list[object],
+        resends: int,
+    ) -> ChaosFigures:
+        replies = reply_figures(calls, self.reader.by_call)
+        pending = pending_records(changelog)
+        by_approval = {
+            r["approval_id"]: r["call_id"]
+            for rs in self.reader.by_call.values()
+            for r in rs
+            if r.get("approval_id")
+        }
+        asked_twice = set(replies.asked_twice)
+        asked_twice |= {by_approval.get(a, a) for a, n in pending.items() if n > 1}
+        ledger = ledger_counts(self.ledger)
+        return ChaosFigures(
+            guarantee=self.options.guarantee,
+            reader="read_committed" if self.exactly_once else "read_uncommitted",
+            broker="local, restarted" if self.broker.restartable else "given (not restarted)",
+            calls=len(calls),
+            duration_s=round(duration, 1),
+            calls_without_terminal_reply=len(replies.without_terminal),
+            approvals_asked_twice=len(asked_twice),
+            approved_runs_twice=sum(1 for n in ledger.values() if n > 1),
+            approved_outcome_unknown=replies.unknown_outcome,
+            duplicate_replies=replies.duplicate_pending + replies.duplicate_terminal,
+            duplicate_pending_replies=replies.duplicate_pending,
+            duplicate_terminal_replies=replies.duplicate_terminal,
+            unexpected_outcomes=replies.unexpected,
+            final_lag=lag,
+            worker_kills=self.kills,
+            unplanned_worker_exits=len(self.pool.unplanned_exits),
+            producer_resends=resends,
+            faults=self.faults,
+            outcomes=replies.outcomes,
+            missing_examples=replies.without_terminal[:10],
+        )
+
+
+async def run_chaos(options: ChaosOptions, broker: BrokerControl, workdir: Path) -> ChaosFigures:
+    """One chaos run against broker, its files under workdir."""
+    return await ChaosRun(options, broker, workdir).run()
