@@ -1,9 +1,11 @@
-"""Build the Faust app of a topology: its topics, the approvals table and two agents.
+"""Build the Faust app of a topology: its topics, the approvals table and two routes.
 
-The agents only schedule: each event becomes a job on a KeyedScheduler (ordered per Kafka
-key, concurrent across keys, at most `max_in_flight` running) and is acked once its outputs
-are acknowledged by the broker. Faust commits the highest contiguous acked offset, so a
-commit never passes an unfinished call (SPEC §8, §9).
+Faust keeps the group, the table and the commits; each record of the calls topic, and of the
+decisions and approval-request topics, goes straight to a route (fastpath.py) that makes it a
+job on a KeyedScheduler (ordered per Kafka key, concurrent across keys, at most
+`max_in_flight` running) and acks it once its outputs are acknowledged by the broker. Faust
+commits the highest contiguous acked offset, so a commit never passes an unfinished call
+(SPEC §8, §9).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.approvals import ApprovalFlow, ApprovalTable
 from stream_adapter.stream.calls import process_call
 from stream_adapter.stream.context import FlowContext
+from stream_adapter.stream.fastpath import FastApp, make_current
 from stream_adapter.stream.highwaters import use_broker_highwaters
-from stream_adapter.stream.keyed import KeyedScheduler
+from stream_adapter.stream.keyed import KeyedScheduler, Slots
 from stream_adapter.stream.metrics import Metrics
-from stream_adapter.stream.outputs import Delivery, Outputs
+from stream_adapter.stream.outputs import Delivery, Outputs, current_delivery
 from stream_adapter.stream.topics import approval_requests_topic
 from stream_adapter.stream.tracing import build_tracing
 from stream_adapter.stream.web import MetricsServer
@@ -32,8 +35,7 @@ from stream_adapter.stream.web import MetricsServer
 RAW: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
 
 
-def _delivery(event: Any) -> Delivery:
-    message = event.message
+def _delivery(message: Any) -> Delivery:
     headers = message.headers or {}
     if not isinstance(headers, dict):
         headers = dict(headers)
@@ -61,25 +63,28 @@ def _on_job_error(exc: BaseException) -> None:
     logs.log.debug("job crash", exc_info=exc)
 
 
-def _agent(
+def _handler(
+    app: FastApp,
     scheduler_of: Callable[[], KeyedScheduler],
-    key_of: Callable[[Delivery], object],
     process: Callable[[Delivery], Awaitable[None]],
 ) -> Callable[[Any], Awaitable[None]]:
-    """An agent body: schedule each event, ack it when its job has finished."""
+    """A route handler: schedule each record as a job, ack it when the job has finished."""
+    schedulers: list[KeyedScheduler] = []  # built on first use, on the worker's loop
 
-    async def agent(stream: Any) -> None:
-        scheduler = scheduler_of()
-        async for event in stream.noack().events():
-            delivery = _delivery(event)
+    async def on_message(message: Any) -> None:
+        if not schedulers:
+            schedulers.append(scheduler_of())
+        delivery = _delivery(message)
 
-            async def job(event: Any = event, delivery: Delivery = delivery) -> None:
-                await process(delivery)
-                await stream.ack(event)
+        async def job() -> None:
+            current_delivery.set(delivery)  # this job's own task context
+            make_current(message)
+            await process(delivery)
+            app.consumer.ack(message)
 
-            await scheduler.submit(key_of(delivery), job)
+        await schedulers[0].submit(_order_key(delivery), job)
 
-    return agent
+    return on_message
 
 
 def build_app(
@@ -91,7 +96,7 @@ def build_app(
 ) -> faust.App:
     """The Faust app that serves executor's tools on the settings' topics."""
     p = settings.partitions
-    app = faust.App(
+    app = FastApp(
         settings.app_id,
         broker=settings.broker,
         store="rocksdb://",
@@ -153,12 +158,14 @@ def build_app(
         keys=DecisionKeys.parse(settings.decision_keys),
         metrics=metrics,
         tracing=build_tracing(settings.otel_enabled, settings.app_id),
+        tool_slots=Slots(settings.max_in_flight),
     )
     approvals = ApprovalTable(table, outputs)
     flow = ApprovalFlow(ctx, approvals, origin=f"kafka:{settings.app_id}")
 
     def scheduler() -> KeyedScheduler:
-        return KeyedScheduler(settings.max_in_flight, _on_job_error)
+        # Jobs waiting for their replies' acks hold no tool slot, so many more may queue.
+        return KeyedScheduler(max(4096, 16 * settings.max_in_flight), _on_job_error)
 
     async def run_call(delivery: Delivery) -> None:
         await process_call(ctx, delivery)
@@ -170,6 +177,6 @@ def build_app(
     )
     # App.service is typed for classes; it starts instances just the same.
     app.service(cast(Any, MetricsServer(metrics, settings.web_host, settings.web_port)))
-    app.agent(calls, name="calls")(_agent(scheduler, _order_key, run_call))
-    app.agent(approvals_channel, name="approvals")(_agent(scheduler, _order_key, flow.process))
+    app.route(calls, _handler(app, scheduler, run_call))
+    app.route(approvals_channel, _handler(app, scheduler, flow.process))
     return app

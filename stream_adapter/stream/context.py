@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from stream_adapter import logs
 from stream_adapter.errors import AdapterError
@@ -11,6 +12,7 @@ from stream_adapter.replies import Reply, error_reply_body, ok_reply
 from stream_adapter.retries import RetryPolicy, attempt
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
+from stream_adapter.stream.keyed import Slots
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.outputs import Delivery, Headers, Outputs
 from stream_adapter.stream.tracing import Tracing
@@ -30,6 +32,8 @@ class FlowContext:
     metrics: Metrics | None = None
     tracing: Tracing | None = None
     """None unless OpenTelemetry is enabled: the flows then skip every tracing step."""
+    tool_slots: Slots = field(default_factory=lambda: Slots(64))
+    """At most max_in_flight tools run at once; waiting for acks or backoff holds no slot."""
 
     async def run(
         self,
@@ -59,13 +63,14 @@ class FlowContext:
 
         started = metrics.started() if metrics is not None else 0.0
         try:
-            outcome = await attempt(
-                lambda: self.executor.run_tool(
-                    tool, arguments, run_id=run_id, call_id=call_id, approval_id=approval_id
-                ),
-                self.policy,
-                on_retry=on_retry,
-            )
+
+            async def run_once() -> Any:
+                async with self.tool_slots:
+                    return await self.executor.run_tool(
+                        tool, arguments, run_id=run_id, call_id=call_id, approval_id=approval_id
+                    )
+
+            outcome = await attempt(run_once, self.policy, on_retry=on_retry)
         finally:
             if metrics is not None:
                 metrics.finished(tool.name, started)
