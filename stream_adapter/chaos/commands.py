@@ -143,4 +143,39 @@ class _run_dir:
             self._tmp.cleanup()
 
 
-COMMANDS = [chaos]
+@click.command()
+@click.option("--calls", type=click.IntRange(1, 1_000_000), default=10_000, show_default=True)
+@click.option("--decisions", type=click.IntRange(1, 1_000_000), default=1_000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-seconds", type=click.FloatRange(10), default=1200.0, show_default=True)
+@click.option(
+    "--json", "json_path", type=click.Path(path_type=Path), default=Path("fuzz-figures.json")
+)
+@_bootstrap
+@_jars
+@_workdir
+def fuzz(
+    calls: int,
+    decisions: int,
+    seed: int,
+    max_seconds: float,
+    json_path: Path,
+    bootstrap: str | None,
+    jars_dir: Path,
+    workdir: Path | None,
+) -> None:
+    """Malformed calls and decisions among valid ones; exit 1 unless each got its answer."""
+    from .fuzz import FuzzOptions, render_fuzz, run_fuzz
+
+    quiet_kafka_logs()
+    options = FuzzOptions(calls=calls, decisions=decisions, seed=seed, max_seconds=max_seconds)
+    with _run_dir(workdir) as root:
+        figures = asyncio.run(
+            _with_broker(bootstrap, root, jars_dir, lambda b: run_fuzz(options, b, root / "run"))
+        )
+    render_fuzz(figures, console)
+    _write_json(json_path, {"options": dataclasses.asdict(options), "figures": figures.to_json()})
+    sys.exit(0 if figures.passed else 1)
+
+
+COMMANDS = [chaos, fuzz]

@@ -130,6 +130,11 @@ def reply_figures(
         if status == "already_done" and first.get("outcome") == "unknown":
             unknown += 1
             status = "already_done (unknown)"
+        elif status == "already_done":  # the reply was lost; the stored outcome stands in
+            outcome = first.get("outcome")
+            inner = outcome.get("status") if isinstance(outcome, dict) else outcome
+            status = f"already_done ({inner})"
+            unexpected += inner != EXPECTED[call.tool]
         elif status != EXPECTED[call.tool]:
             unexpected += 1
         outcomes[call.tool][status] += 1

@@ -22,6 +22,7 @@ from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.approvals import ApprovalFlow, ApprovalTable
 from stream_adapter.stream.calls import process_call
+from stream_adapter.stream.commits import keep_head_gaps
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.fastpath import FastApp, make_current
 from stream_adapter.stream.highwaters import use_broker_highwaters
@@ -33,6 +34,7 @@ from stream_adapter.stream.tracing import build_tracing
 from stream_adapter.stream.web import MetricsServer
 
 RAW: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
+PRODUCER_MAX_REQUEST_BYTES = 4 << 20
 
 
 def _delivery(message: Any) -> Delivery:
@@ -107,6 +109,10 @@ def build_app(
         web_enabled=False,
         web_port=settings.web_port,
         producer_acks=-1,
+        # Faust's 1 000 000 is below what the broker admits on tool-calls (~1 MiB), so a big
+        # call could be neither answered nor dead-lettered; a park request carries the call
+        # twice (arguments + base64 original), hence the headroom (docs/chaos.md).
+        producer_max_request_size=PRODUCER_MAX_REQUEST_BYTES,
         broker_commit_every=1000,
         broker_commit_interval=0.5,
         stream_wait_empty=True,
@@ -124,6 +130,7 @@ def build_app(
     exactly_once = settings.processing_guarantee == "exactly_once"
     if exactly_once:
         use_broker_highwaters()  # Faust's own lose tables after a rebalance (highwaters.py)
+    keep_head_gaps()  # Faust could commit over an unfinished head offset (commits.py)
     outputs = Outputs(
         app,
         replies=app.topic(settings.replies_topic, partitions=p, **RAW),
