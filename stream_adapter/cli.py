@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from stream_adapter.bench.command import bench as bench_command
 from stream_adapter.chaos.commands import COMMANDS as CHAOS_COMMANDS
 from stream_adapter.errors import AdapterError
 from stream_adapter.ops.commands import COMMANDS as OPS_COMMANDS
@@ -203,6 +204,7 @@ for _command in REVIEW_COMMANDS:  # review, reviewers, approvals (stream_adapter
     cli.add_command(_command)
 for _command in OPS_COMMANDS:  # call, dlq (stream_adapter/ops/)
     cli.add_command(_command)
+cli.add_command(bench_command)  # stream_adapter/bench/
 
 
 def main() -> None:

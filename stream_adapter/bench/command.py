@@ -1,0 +1,86 @@
+"""`stream-adapter bench`: run the benchmark and print, write and draw its figures."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+import click
+
+from stream_adapter.settings import Settings
+
+
+@click.command("bench")
+@click.option(
+    "--calls",
+    type=int,
+    default=100_000,
+    show_default=True,
+    help="Pre-produced echo envelopes per contender.",
+)
+@click.option("--partitions", type=int, default=8, show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("bench-results"),
+    show_default=True,
+    help="Folder for bench.json, bench.png and logs.",
+)
+@click.option(
+    "--skip",
+    multiple=True,
+    type=click.Choice(["baseline", "eos", "quix", "sleep"]),
+    help="Leave a contender out (repeatable).",
+)
+@click.option(
+    "--paced-s", type=float, default=5.0, show_default=True, help="Length of each latency run."
+)
+@click.option(
+    "--own-broker/--configured-broker",
+    default=True,
+    show_default=True,
+    help="A fresh local broker for the run, or the settings' broker.",
+)
+@click.pass_obj
+def bench(
+    settings: Settings,
+    calls: int,
+    partitions: int,
+    out: Path,
+    skip: tuple[str, ...],
+    paced_s: float,
+    own_broker: bool,
+) -> None:
+    """Measure the worker side by side with an aiokafka loop and a Quix Streams app."""
+    from stream_adapter.bench.run import BenchConfig, print_table, run_bench, write_outputs
+    from stream_adapter.broker import local
+
+    with tempfile.TemporaryDirectory(prefix="sa-bench-") as home:
+        config = None
+        bootstrap = settings.bootstrap_servers
+        if own_broker:
+            config = local.BrokerConfig(
+                home=Path(home),
+                port=local.free_port(),
+                controller_port=local.free_port(),
+                heap_mb=1024,
+                jars_dir=Path(".kafka/libs"),
+            )
+            bootstrap = local.start(config)
+        try:
+            cfg = BenchConfig(
+                bootstrap=bootstrap,
+                calls=calls,
+                partitions=partitions,
+                out=out,
+                skip=frozenset(skip),
+                paced_s=paced_s,
+            )
+            results = asyncio.run(run_bench(cfg, say=click.echo))
+        finally:
+            if config is not None:
+                local.stop(config)
+    print_table(results, say=click.echo)
+    json_path, png_path = write_outputs(cfg, results)
+    click.echo(f"wrote {json_path} and {png_path}")

@@ -1,0 +1,229 @@
+"""Measuring one contender: pre-produce a backlog, time its replies, then a paced latency run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+PAD = "x" * 120  # brings an echo envelope to about 200 bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One contender's figures; latencies from produce time to reply arrival."""
+
+    name: str
+    calls: int
+    calls_per_s: float
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    paced_rate: float | None
+    peak_rss_mb: float
+    ideal_per_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Contender:
+    """How to start one contender, against which topics."""
+
+    name: str
+    cmd: list[str]
+    env: dict[str, str]
+    calls_topic: str
+    replies_topic: str
+    read_committed: bool = False
+
+
+async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    finally:
+        await admin.close()
+
+
+def echo_envelope(i: int) -> bytes:
+    return orjson.dumps({"tool": "echo", "arguments": {"i": i, "t": time.time(), "pad": PAD}})
+
+
+def sleep_envelope(i: int, seconds: float) -> bytes:
+    return orjson.dumps({"tool": "sleep", "arguments": {"seconds": seconds}})
+
+
+async def produce(
+    bootstrap: str, topic: str, payloads: list[bytes], *, distinct_keys: bool
+) -> None:
+    """Produce payloads as fast as the broker takes them (a backlog)."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=512 << 10, acks=1
+    )
+    await producer.start()
+    try:
+        for i, value in enumerate(payloads):
+            key = b"%d" % (i if distinct_keys else i % 1024)
+            await producer.send(topic, value, key=key)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+class Replies:
+    """Reads a replies topic from the beginning, counting and timing what arrives."""
+
+    def __init__(self, bootstrap: str, topic: str, *, read_committed: bool) -> None:
+        self.consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            max_partition_fetch_bytes=4 << 20,
+            isolation_level="read_committed" if read_committed else "read_uncommitted",
+        )
+        self.count = 0
+        self.first: float | None = None
+        self.last: float = 0.0
+        self.latencies_ms: list[float] = []
+
+    async def __aenter__(self) -> Replies:
+        await self.consumer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.consumer.stop()
+
+    async def until(self, total: int, timeout_s: float, *, timed: bool = False) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.count < total and time.monotonic() < deadline:
+            batches = await self.consumer.getmany(timeout_ms=200, max_records=20000)
+            now_wall, now = time.time(), time.monotonic()
+            for records in batches.values():
+                if records and self.first is None:
+                    self.first = now
+                self.count += len(records)
+                self.last = now if records else self.last
+                if timed:
+                    for record in records:
+                        sent = orjson.loads(record.value)["result"].get("t")
+                        if sent is not None:
+                            self.latencies_ms.append((now_wall - sent) * 1000)
+        if self.count < total:
+            raise TimeoutError(f"{self.count} of {total} replies within {timeout_s:.0f} s")
+
+
+def _peak_rss_mb(pid: int) -> float:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return 0.0
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _paced_count(rate: float, seconds: float) -> int:
+    return max(1, int(rate * seconds))
+
+
+async def _paced(bootstrap: str, topic: str, rate: float, seconds: float) -> int:
+    """Produce exactly _paced_count echo envelopes evenly over `seconds`; returns how many."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
+    await producer.start()
+    total = _paced_count(rate, seconds)
+    sent, start = 0, time.monotonic()
+    try:
+        while sent < total:
+            due = min(total, int((time.monotonic() - start) * rate) + 1)
+            while sent < due:
+                await producer.send(topic, echo_envelope(sent), key=b"%d" % (sent % 1024))
+                sent += 1
+            await asyncio.sleep(0.002)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def measure(
+    contender: Contender,
+    bootstrap: str,
+    backlog: list[bytes],
+    *,
+    distinct_keys: bool = False,
+    paced_rate: float | Callable[[float], float] | None = None,
+    paced_s: float = 5.0,
+    timeout_s: float = 600.0,
+    ideal_per_s: float | None = None,
+) -> Result:
+    """Run one contender over a backlog (throughput), then optionally at a paced rate."""
+    await produce(bootstrap, contender.calls_topic, backlog, distinct_keys=distinct_keys)
+    proc = _start(contender)
+    try:
+        async with Replies(
+            bootstrap, contender.replies_topic, read_committed=contender.read_committed
+        ) as replies:
+            await replies.until(len(backlog), timeout_s)
+            assert replies.first is not None
+            span = max(replies.last - replies.first, 1e-6)
+            per_s = (replies.count - 1) / span if replies.count > 1 else 0.0
+            p50 = p99 = worst = None
+            if callable(paced_rate):
+                paced_rate = paced_rate(per_s)
+            if paced_rate:
+                expected = replies.count + _paced_count(paced_rate, paced_s)
+                await asyncio.gather(
+                    _paced(bootstrap, contender.calls_topic, paced_rate, paced_s),
+                    replies.until(expected, paced_s + 120, timed=True),
+                )
+                lat = replies.latencies_ms
+                p50, p99, worst = _percentile(lat, 0.5), _percentile(lat, 0.99), max(lat)
+        rss = _peak_rss_mb(proc.pid)
+    finally:
+        _stop(proc)
+    return Result(
+        contender.name, len(backlog), per_s, p50, p99, worst, paced_rate, rss, ideal_per_s
+    )
+
+
+def _start(contender: Contender) -> subprocess.Popen[bytes]:
+    """Start the contender in its own session, its output in its log file."""
+    with open(Path(contender.env.get("BENCH_LOG", os.devnull)), "ab") as log:
+        return subprocess.Popen(
+            contender.cmd,
+            env=contender.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
