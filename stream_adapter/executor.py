@@ -84,11 +84,14 @@ class Executor:
         }
         token = _current.set(ctx)
         try:
-            async with asyncio.timeout(tool.timeout_s):
-                if tool.is_async:
-                    result = await tool.fn(**kwargs)
-                else:
-                    result = await self._in_thread(tool, kwargs)
+            if tool.timeout_s is None and tool.is_async:
+                result = await tool.fn(**kwargs)  # no timeout to arm: skip its machinery
+            else:
+                async with asyncio.timeout(tool.timeout_s):
+                    if tool.is_async:
+                        result = await tool.fn(**kwargs)
+                    else:
+                        result = await self._in_thread(tool, kwargs)
         except TimeoutError:
             logs.event(logs.WARNING, "tool timed out", error_kind=ToolTimeout.kind, **ids)
             raise ToolTimeout(

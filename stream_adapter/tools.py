@@ -79,6 +79,7 @@ class Tool:
     is_async: bool = field(init=False)
     args_model: type[BaseModel] = field(init=False, repr=False)
     context_param: str | None = field(init=False, repr=False)
+    takes_anything: bool = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.timeout_s is not None and self.timeout_s <= 0:
@@ -87,9 +88,13 @@ class Tool:
         object.__setattr__(self, "args_model", model)
         object.__setattr__(self, "context_param", context_param)
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
+        takes_anything = not model.model_fields and model.model_config.get("extra") == "allow"
+        object.__setattr__(self, "takes_anything", takes_anything)
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The keyword arguments for fn, or a 422 ToolUsageError naming the bad fields."""
+        if self.takes_anything:
+            return dict(arguments)  # only **kwargs: nothing to check beyond the JSON object
         try:
             model = self.args_model.model_validate_json(orjson.dumps(arguments), strict=True)
         except (ValidationError, TypeError, orjson.JSONEncodeError) as exc:
