@@ -91,3 +91,25 @@ async def test_retrying_call_holds_back_only_its_own_key(
     assert order.index(other.run_id) < order.index(retrying.run_id), "S waited for R's retries"
     assert order.index(retrying.run_id) < order.index(behind.run_id), "R ran out of order"
     assert client.replies_for(run_id=retrying.run_id)[0]["result"] == {"attempts": 3}
+
+
+async def test_max_in_flight_limits_running_tools(
+    worker_factory: Callable[..., WorkerProcess], client: Client
+) -> None:
+    # Four 0.6 s sleeps on four keys with room for two: at least two rounds of 0.6 s.
+    worker = worker_factory(STREAM_ADAPTER_MAX_IN_FLIGHT="2")
+    await worker.ready()
+    started = time.monotonic()
+    sent = [
+        client.sent(
+            *await client.send(
+                {"tool": "sleep", "arguments": {"seconds": 0.6}}, key=b"m%d" % i, partition=i % 4
+            )
+        )
+        for i in range(4)
+    ]
+    await client.wait_replies(
+        lambda rs: all(client.replies_for(run_id=s.run_id) for s in sent), what="four sleep replies"
+    )
+    elapsed_s = time.monotonic() - started
+    assert elapsed_s >= 1.2, f"four 0.6 s tools with max_in_flight=2 took only {elapsed_s:.2f} s"
