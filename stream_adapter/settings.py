@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "STREAM_ADAPTER_"
+_TOPIC_ROLES = ("calls", "replies", "decisions", "approvals", "dlq")
 
 
 class Settings(BaseSettings):
@@ -75,6 +76,19 @@ class Settings(BaseSettings):
     def bootstrap_servers(self) -> str:
         """The broker list as aiokafka wants it: `host:port,host:port`."""
         return ",".join(url.split("://", 1)[-1] for url in self.broker.split(";"))
+
+    @classmethod
+    def for_app(cls, app_id: str, **changes: Any) -> Settings:
+        """Settings whose topic names all derive from app_id: isolated runs, tests, benchmarks."""
+        topics = {f"{role}_topic": f"{app_id}-{role}" for role in _TOPIC_ROLES}
+        return cls.model_validate({**cls().model_dump(), "app_id": app_id, **topics, **changes})
+
+    def to_env(self) -> dict[str, str]:
+        """These settings as STREAM_ADAPTER_* variables, for a child process to read back."""
+        return {
+            f"{ENV_PREFIX}{name.upper()}": str(value)
+            for name, value in self.model_dump(mode="json").items()
+        }
 
     def with_changes(self, **changes: Any) -> Settings:
         """A copy with some fields replaced (CLI options over the environment), validated again."""

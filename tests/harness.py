@@ -34,31 +34,15 @@ def unique(prefix: str) -> str:
 
 
 def make_settings(bootstrap: str, tmp_path: Path, **changes: Any) -> Settings:
-    """Settings with a unique app id and unique topic names under tmp_path."""
-    app_id = unique("t")
-    base = {
+    """Settings with a unique app id and topic names, data under tmp_path."""
+    base: dict[str, Any] = {
         "broker": bootstrap,
-        "app_id": app_id,
-        "calls_topic": f"{app_id}-calls",
-        "replies_topic": f"{app_id}-replies",
-        "decisions_topic": f"{app_id}-decisions",
-        "approvals_topic": f"{app_id}-approvals",
-        "dlq_topic": f"{app_id}-dlq",
         "partitions": 4,
         "data_dir": str(tmp_path / "data"),
         "retry_backoff_s": 0.05,
         "web_port": free_port(),
     }
-    base.update(changes)
-    return Settings.model_validate(base)
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The settings as STREAM_ADAPTER_* environment variables."""
-    return {
-        f"STREAM_ADAPTER_{name.upper()}": str(value)
-        for name, value in settings.model_dump(mode="json").items()
-    }
+    return Settings.for_app(unique("t"), **{**base, **changes})
 
 
 async def wait_for(
@@ -97,7 +81,7 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **settings_env(self.settings), **self.extra_env}
+        env = {**os.environ, **self.settings.to_env(), **self.extra_env}
         env.setdefault("STREAM_ADAPTER_DEMO_LEDGER", str(self.ledger))
         # Each worker has its own RocksDB (two processes cannot share one), so a worker that
         # takes over restores its tables from the changelog.

@@ -40,25 +40,15 @@ class BenchConfig:
 
 def _worker(cfg: BenchConfig, name: str, run_id: str, **settings: Any) -> Contender:
     app_id = f"bench-{name}-{run_id}"
-    values = Settings.model_validate(
-        {
-            "broker": cfg.bootstrap,
-            "app_id": app_id,
-            "calls_topic": f"{app_id}-calls",
-            "replies_topic": f"{app_id}-replies",
-            "decisions_topic": f"{app_id}-decisions",
-            "approvals_topic": f"{app_id}-approvals",
-            "dlq_topic": f"{app_id}-dlq",
-            "partitions": cfg.partitions,
-            "data_dir": str(cfg.out / "data" / app_id),
-            "log_level": "warning",
-            **settings,
-        }
+    values = Settings.for_app(
+        app_id,
+        broker=cfg.bootstrap,
+        partitions=cfg.partitions,
+        data_dir=str(cfg.out / "data" / app_id),
+        log_level="warning",
+        **settings,
     )
-    env = {**os.environ, "BENCH_LOG": str(cfg.out / f"{name}.log")}
-    env.update(
-        {f"STREAM_ADAPTER_{k.upper()}": str(v) for k, v in values.model_dump(mode="json").items()}
-    )
+    env = {**os.environ, **values.to_env(), "BENCH_LOG": str(cfg.out / f"{name}.log")}
     return Contender(
         name,
         [sys.executable, "-m", "stream_adapter", "worker"],

@@ -37,8 +37,7 @@ def run_worker(settings: Settings) -> None:
     from stream_adapter.logs import configure_logging
 
     # The topology module reads its settings from the environment: pass CLI overrides on.
-    for name, value in settings.model_dump(mode="json").items():
-        os.environ[f"STREAM_ADAPTER_{name.upper()}"] = str(value)
+    os.environ.update(settings.to_env())
     settings.data_dir.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
     app = load_topology(settings)
     worker = Worker(

@@ -14,14 +14,14 @@ import aiohttp
 
 from stream_adapter.broker.local import free_port
 from stream_adapter.settings import Settings
-from tests.harness import ROOT, Client, settings_env, wait_for
+from tests.harness import ROOT, Client, wait_for
 
 
 def cli(
     settings: Settings, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run `stream-adapter ARGS` with the test's settings; returns the finished process."""
-    full = {**os.environ, **settings_env(settings), **(env or {})}
+    full = {**os.environ, **settings.to_env(), **(env or {})}
     full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-m", "stream_adapter", *args],
@@ -60,7 +60,7 @@ class ReviewProcess:
 
     def start(self) -> ReviewProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **settings_env(self.settings), **self.extra_env}
+        env = {**os.environ, **self.settings.to_env(), **self.extra_env}
         env["STREAM_ADAPTER_REVIEW_PORT"] = str(self.port)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"

@@ -12,7 +12,7 @@ import orjson
 
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
-from tests.harness import ROOT, Client, WorkerProcess, dead_letters, settings_env, unique
+from tests.harness import ROOT, Client, WorkerProcess, dead_letters, unique
 
 
 @dataclass
@@ -27,7 +27,7 @@ class Ran:
 
 async def cli(settings: Settings, *args: str, timeout_s: float = 60.0) -> Ran:
     """Run `python -m stream_adapter ARGS` with settings in its environment."""
-    env = {**os.environ, **settings_env(settings), "COLUMNS": "200"}
+    env = {**os.environ, **settings.to_env(), "COLUMNS": "200"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     proc = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -10,11 +10,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import approval_requests_topic
-from tests.harness import make_settings, settings_env
+from tests.harness import make_settings
 
 
 def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**settings_env(settings), "COLUMNS": "200", "PATH": "/usr/bin:/bin"}
+    env = {**settings.to_env(), "COLUMNS": "200", "PATH": "/usr/bin:/bin"}
     return subprocess.run(
         [sys.executable, "-m", "stream_adapter", *args],
         env=env,
