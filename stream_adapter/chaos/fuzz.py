@@ -8,10 +8,12 @@ lag 0 at the end.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from stream_adapter.envelope import parse_envelope
+from stream_adapter.errors import AdapterError
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
@@ -180,29 +184,43 @@ class FuzzRun:
         valid: list[CallSpec] = []
         decision_ids: list[str] = []
         oversized = 0
+        calls_topic, decisions_topic = self.settings.calls_topic, self.settings.decisions_topic
         d = iter(decisions)
+        step = max(1, len(payloads) // max(1, len(decisions)))
+        batch: list[Awaitable[tuple[int, int]]] = []
+        kinds: list[tuple[str, Any]] = []  # what each send of the batch was
+
+        async def flush() -> None:
+            for (kind, item), (p, o) in zip(kinds, await asyncio.gather(*batch), strict=True):
+                if kind == "bad":
+                    message_id = f"{calls_topic}:{p}:{o}"
+                    malformed.append((message_id, *expected_ids(item, message_id, source)))
+                elif kind == "valid":
+                    valid.append(item)
+                else:
+                    decision_ids.append(f"{decisions_topic}:{p}:{o}")
+            batch.clear()
+            kinds.clear()
+
         for i, payload in enumerate(payloads):
             oversized += len(payload) > (1 << 20)
-            partition, offset = await sender.send(payload, key=f"k{i % 37}".encode())
-            message_id = f"{self.settings.calls_topic}:{partition}:{offset}"
-            malformed.append((message_id, *derive_ids(message_id, source)))
+            batch.append(sender.send(payload, key=f"k{i % 37}".encode()))
+            kinds.append(("bad", payload))
             if i % self.options.valid_every == 0:
                 spec = CallSpec("echo", {"i": i}, f"ok-run-{i % 37}", f"ok-{uuid.uuid4().hex}")
-                await sender.send(spec.envelope(), key=spec.run_id.encode())
-                valid.append(spec)
-            if i % max(1, len(payloads) // max(1, len(decisions))) == 0:
-                decision = next(d, None)
-                if decision is not None:
-                    value, headers = decision
-                    p, o = await sender.send(
-                        value, key=b"d", topic=self.settings.decisions_topic, headers=headers
-                    )
-                    decision_ids.append(f"{self.settings.decisions_topic}:{p}:{o}")
+                batch.append(sender.send(spec.envelope(), key=spec.run_id.encode()))
+                kinds.append(("valid", spec))
+            decision = next(d, None) if i % step == 0 else None
+            if decision is not None:
+                value, headers = decision
+                batch.append(sender.send(value, key=b"d", topic=decisions_topic, headers=headers))
+                kinds.append(("decision", None))
+            if len(batch) >= 256:  # pipelined: the producer keeps each partition's order
+                await flush()
         for value, headers in d:
-            p, o = await sender.send(
-                value, key=b"d", topic=self.settings.decisions_topic, headers=headers
-            )
-            decision_ids.append(f"{self.settings.decisions_topic}:{p}:{o}")
+            batch.append(sender.send(value, key=b"d", topic=decisions_topic, headers=headers))
+            kinds.append(("decision", None))
+        await flush()
 
         def answered() -> bool:
             return all(self.reader.by_call.get(c) for _, _, c in malformed) and all(
@@ -272,6 +290,16 @@ class FuzzRun:
                 "valid_calls_without_reply": missing_valid[:5],
             },
         )
+
+
+def expected_ids(payload: bytes, message_id: str, source: str) -> tuple[str, str]:
+    """The ids a bad call's error reply carries: its own when it parses (an unknown tool, an
+    unknown approval), else those derived from its delivery id."""
+    try:
+        envelope = parse_envelope(payload, message_id=message_id, source=source)
+    except AdapterError:
+        return derive_ids(message_id, source)
+    return envelope.run_id, envelope.call_id
 
 
 def _signed_approval(keys: DecisionKeys, approval_id: str) -> tuple[bytes, Headers]:

@@ -1,0 +1,80 @@
+"""CI-sized chaos and fuzz runs (the full ones: `stream-adapter chaos|fuzz`, docs/chaos.md).
+
+Chaos: 300 calls, one worker SIGKILL, one broker kill and restart, scaling 1 -> 2 -> 1, in both
+processing modes; fuzz: a few hundred malformed calls and decisions among valid ones. They run
+their own broker, since the chaos run kills it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stream_adapter.broker import local
+from stream_adapter.chaos.fuzz import FuzzOptions, run_fuzz
+from stream_adapter.chaos.harness import BrokerControl
+from stream_adapter.chaos.scenario import ChaosOptions, run_chaos
+from tests.harness import ROOT
+
+pytestmark = pytest.mark.timeout(420)
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerControl]:
+    config = local.BrokerConfig(
+        home=tmp_path_factory.mktemp("chaos-kafka"),
+        port=local.free_port(),
+        controller_port=local.free_port(),
+        jars_dir=ROOT / ".kafka" / "libs",
+    )
+    broker = BrokerControl(local.start(config), config)
+    yield broker
+    local.stop(config)
+
+
+def _small(guarantee: str) -> ChaosOptions:
+    return ChaosOptions(
+        calls=300,
+        rate=60.0,
+        kills=1,
+        guarantee=guarantee,
+        partitions=4,
+        session_timeout_s=4.0,
+        broker_down_s=1.0,
+        max_seconds=300.0,
+        recover_timeout_s=90.0,
+        seed=11,
+    )
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+async def test_chaos_loses_nothing(
+    guarantee: str, own_broker: BrokerControl, tmp_path: Path
+) -> None:
+    figures = await run_chaos(_small(guarantee), own_broker, tmp_path / "run")
+    summary = figures.to_json()
+    assert figures.calls_without_terminal_reply == 0, summary
+    assert figures.approvals_asked_twice == 0, summary
+    assert figures.approved_runs_twice == 0, summary
+    assert figures.final_lag == 0, summary
+    assert figures.unexpected_outcomes == 0, summary
+    assert figures.worker_kills == 1
+    kinds = [f.kind for f in figures.faults]
+    assert kinds.count("broker restart") == 1 and "scale-up 1->2" in kinds, kinds
+    assert all(f.recover_s is not None for f in figures.faults), summary
+    if guarantee == "exactly_once" and figures.duplicate_replies:
+        # SPEC §8 wants each reply once for a read_committed reader; the topology does not
+        # deliver that yet (docs/chaos.md, "Known gaps"): keep it visible, not green.
+        pytest.xfail(f"{figures.duplicate_replies} duplicate committed replies in exactly_once")
+
+
+async def test_fuzz_answers_every_bad_message_once(
+    own_broker: BrokerControl, tmp_path: Path
+) -> None:
+    options = FuzzOptions(calls=400, decisions=80, max_seconds=180.0, seed=3)
+    figures = await run_fuzz(options, own_broker, tmp_path / "run")
+    summary = figures.to_json()
+    assert figures.passed, summary
+    assert figures.oversized_calls >= 1 and figures.jobs_crashed == 0, summary
