@@ -223,7 +223,7 @@ class FuzzRun:
         await flush()
 
         def answered() -> bool:
-            return all(self.reader.by_call.get(c) for _, _, c in malformed) and all(
+            return all(self.reader.by_message.get(m) for m, _, _ in malformed) and all(
                 self.reader.by_call.get(v.call_id) for v in valid
             )
 
@@ -256,7 +256,8 @@ class FuzzRun:
         bad_reply = [
             m
             for m, _, c in malformed
-            if [r.get("status") for r in self.reader.by_call.get(c, [])] != ["error"]
+            if [r.get("status") for r in self.reader.by_message.get(m, [])] != ["error"]
+            or self.reader.by_message[m][0].get("call_id") != c
         ]
         bad_letter = [m for m, _, _ in malformed if letters[m] != 1]
         bad_decision = [m for m in decision_ids if letters[m] != 1]

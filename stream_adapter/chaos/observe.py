@@ -58,7 +58,8 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicParti
 
 
 class ReplyReader:
-    """Follows the replies topic from its beginning; replies are kept per call_id.
+    """Follows the replies topic from its beginning; replies are kept per call_id and per the
+    `message-id` header (the delivery id of the call they answer).
 
     `on_reply` hooks run for each reply in arrival order (the automatic reviewer is one);
     `changed` is set whenever replies arrived, for waiters that re-check a condition.
@@ -68,6 +69,7 @@ class ReplyReader:
         self.settings = settings
         self.read_committed = read_committed
         self.by_call: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.by_message: dict[str, list[dict[str, Any]]] = defaultdict(list)  # by delivery id
         self.count = 0
         self.hooks: list[ReplyHook] = []
         self.changed = asyncio.Event()
@@ -95,6 +97,9 @@ class ReplyReader:
                 for message in messages:
                     reply = orjson.loads(message.value)
                     self.by_call[str(reply.get("call_id"))].append(reply)
+                    headers = dict(message.headers or ())
+                    message_id = headers.get("message-id", b"").decode(errors="replace")
+                    self.by_message[message_id].append(reply)
                     self.count += 1
                     for hook in self.hooks:
                         await hook(reply)
