@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -62,57 +62,57 @@ async def wait_for(
 
 
 @dataclass
-class WorkerProcess:
-    """`stream-adapter worker` in a subprocess, with its own log file."""
+class CliProcess:
+    """`stream-adapter COMMAND` in a subprocess with the test's settings, logging to a file."""
+
+    command: ClassVar[str]
+    ready_line: ClassVar[str]  # what the process logs once it serves
 
     settings: Settings
     workdir: Path
     extra_env: dict[str, str] = field(default_factory=dict)
-    name: str = "worker"
+    name: str = ""
     proc: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.command
 
     @property
     def log_path(self) -> Path:
         return self.workdir / f"{self.name}.log"
 
-    @property
-    def ledger(self) -> Path:
-        return self.workdir / "ledger.jsonl"
-
-    def start(self) -> WorkerProcess:
-        self.workdir.mkdir(parents=True, exist_ok=True)
+    def env(self) -> dict[str, str]:
+        """The child's environment: ours, the settings, then extra_env."""
         env = {**os.environ, **self.settings.to_env(), **self.extra_env}
-        env.setdefault("STREAM_ADAPTER_DEMO_LEDGER", str(self.ledger))
-        # Each worker has its own RocksDB (two processes cannot share one), so a worker that
-        # takes over restores its tables from the changelog.
-        if "STREAM_ADAPTER_DATA_DIR" not in self.extra_env:
-            env["STREAM_ADAPTER_DATA_DIR"] = str(self.workdir / f"{self.name}-data")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stream_adapter", "worker"],
-            cwd=self.workdir,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
+        return env
+
+    def start(self) -> Self:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "stream_adapter", self.command],
+                cwd=self.workdir,
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         return self
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     async def ready(self, timeout_s: float = 60.0) -> None:
-        """Wait until the worker has joined its group and recovered its tables."""
+        """Wait until the process logs its ready line; fail at once if it exits."""
 
         def check() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited early:\n{self.log_text()[-4000:]}")
-            return "Worker ready" in self.log_text()
+                raise AssertionError(f"{self.name} exited early:\n{self.log_text()[-4000:]}")
+            return self.ready_line in self.log_text()
 
         await wait_for(check, timeout_s=timeout_s, what=f"{self.name} to be ready")
 
@@ -132,8 +132,29 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
                 tail = self.log_text()[-4000:]
-                raise AssertionError(f"worker ignored SIGTERM:\n{tail}") from None
+                raise AssertionError(f"{self.name} ignored SIGTERM:\n{tail}") from None
         return int(self.proc.returncode)
+
+
+@dataclass
+class WorkerProcess(CliProcess):
+    """`stream-adapter worker`: ready once it has joined its group and recovered its tables."""
+
+    command: ClassVar[str] = "worker"
+    ready_line: ClassVar[str] = "Worker ready"
+
+    @property
+    def ledger(self) -> Path:
+        return self.workdir / "ledger.jsonl"
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        env.setdefault("STREAM_ADAPTER_DEMO_LEDGER", str(self.ledger))
+        # Each worker has its own RocksDB (two processes cannot share one), so a worker that
+        # takes over restores its tables from the changelog.
+        if "STREAM_ADAPTER_DATA_DIR" not in self.extra_env:
+            env["STREAM_ADAPTER_DATA_DIR"] = str(self.workdir / f"{self.name}-data")
+        return env
 
 
 @dataclass(frozen=True)

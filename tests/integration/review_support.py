@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 
 from stream_adapter.broker.local import free_port
 from stream_adapter.settings import Settings
-from tests.harness import ROOT, Client, wait_for
+from tests.harness import ROOT, Client, CliProcess, wait_for
 
 
 def cli(
@@ -41,60 +40,20 @@ def add_reviewer(settings: Settings, name: str) -> str:
 
 
 @dataclass
-class ReviewProcess:
-    """`stream-adapter review` in a subprocess on a free port, logging to a file."""
+class ReviewProcess(CliProcess):
+    """`stream-adapter review` on a free port: ready once its view has caught up."""
 
-    settings: Settings
-    workdir: Path
-    extra_env: dict[str, str] = field(default_factory=dict)
+    command: ClassVar[str] = "review"
+    ready_line: ClassVar[str] = "review service listening on"
+
     port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
 
-    @property
-    def log_path(self) -> Path:
-        return self.workdir / "review.log"
-
-    def start(self) -> ReviewProcess:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.settings.to_env(), **self.extra_env}
-        env["STREAM_ADAPTER_REVIEW_PORT"] = str(self.port)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stream_adapter", "review"],
-            cwd=self.workdir,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
-        return self
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    async def ready(self, timeout_s: float = 60.0) -> None:
-        """Wait until the service says it listens (it does so once its view has caught up)."""
-
-        def check() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"review service exited early:\n{self.log_text()[-4000:]}")
-            return "review service listening on" in self.log_text()
-
-        await wait_for(check, timeout_s=timeout_s, what="the review service to listen")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "STREAM_ADAPTER_REVIEW_PORT": str(self.port)}
 
 
 class Api:
