@@ -41,7 +41,7 @@ def _small(guarantee: str) -> ChaosOptions:
         kills=1,
         guarantee=guarantee,
         partitions=4,
-        session_timeout_s=4.0,
+        session_timeout_s=6.0,  # the broker's group.min.session.timeout.ms
         broker_down_s=1.0,
         max_seconds=300.0,
         recover_timeout_s=90.0,
