@@ -22,6 +22,7 @@ from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.approvals import ApprovalFlow, ApprovalTable
 from stream_adapter.stream.calls import process_call
+from stream_adapter.stream.commit_gate import CommitGate, OutputSection, current_section
 from stream_adapter.stream.commits import keep_head_gaps
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.fastpath import FastApp, make_current
@@ -73,16 +74,29 @@ def _handler(
     """A route handler: schedule each record as a job, ack it when the job has finished."""
     schedulers: list[KeyedScheduler] = []  # built on first use, on the worker's loop
 
+    last_section: dict[tuple[str, int], OutputSection] = {}  # exactly-once: per partition
+
     async def on_message(message: Any) -> None:
         if not schedulers:
             schedulers.append(scheduler_of())
         delivery = _delivery(message)
+        section = None
+        if app.commit_gate is not None:
+            tp = (delivery.topic, delivery.partition)
+            previous = last_section.get(tp)
+            section = OutputSection(app.commit_gate, None if previous is None else previous.done)
+            last_section[tp] = section
 
         async def job() -> None:
             current_delivery.set(delivery)  # this job's own task context
             make_current(message)
-            await process(delivery)
-            app.consumer.ack(message)
+            current_section.set(section)
+            try:
+                await process(delivery)
+                app.consumer.ack(message)
+            finally:
+                if section is not None:
+                    section.close()
 
         await schedulers[0].submit(_order_key(delivery), job)
 
@@ -128,6 +142,8 @@ def build_app(
         settings.decisions_topic, approval_requests_topic(settings), partitions=p, **RAW
     )
     exactly_once = settings.processing_guarantee == "exactly_once"
+    if exactly_once:
+        app.commit_gate = CommitGate()  # commits cover a message's outputs and offset, or neither
     if exactly_once:
         use_broker_highwaters()  # Faust's own lose tables after a rebalance (highwaters.py)
     keep_head_gaps()  # Faust could commit over an unfinished head offset (commits.py)

@@ -65,7 +65,7 @@ class ApprovalTable:
         if now:
             await self._outputs.outside_transaction(topic, key, value, partition)
         else:
-            await self._outputs.in_transaction(topic, key, value)
+            await self._outputs.in_transaction(topic, key, value, partition=partition)
 
 
 class ApprovalFlow:

@@ -18,6 +18,8 @@ import faust
 from faust import streams as faust_streams
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from stream_adapter.stream.commit_gate import CommitGate
+
 Handler = Callable[[Any], Awaitable[None]]
 
 
@@ -67,6 +69,15 @@ class FastConsumer(faust_aiokafka.Consumer):
             if not self.transport.app.should_stop:
                 raise
 
+    async def commit(self, *args: Any, **kwargs: Any) -> bool:
+        """Faust's commit, held while a job is between its first transactional send and its
+        ack (exactly-once mode; see commit_gate.py)."""
+        gate: CommitGate | None = getattr(self.app, "commit_gate", None)
+        if gate is None:
+            return bool(await super().commit(*args, **kwargs))
+        async with gate.exclusive():
+            return bool(await super().commit(*args, **kwargs))
+
 
 class FastTransport(faust_aiokafka.Transport):
     """The aiokafka transport, building FastConsumers."""
@@ -76,6 +87,8 @@ class FastTransport(faust_aiokafka.Transport):
 
 class FastApp(faust.App):
     """A Faust app whose consumer can route topics to handlers (`route`)."""
+
+    commit_gate: CommitGate | None = None
 
     def _new_transport(self) -> Any:
         return FastTransport(self.conf.broker_consumer, self)

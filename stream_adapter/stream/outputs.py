@@ -16,6 +16,7 @@ import orjson
 
 from stream_adapter.errors import AdapterError
 from stream_adapter.replies import Reply
+from stream_adapter.stream.commit_gate import current_section
 from stream_adapter.stream.metrics import Metrics
 
 CONTENT_TYPE = b"application/json"
@@ -70,11 +71,10 @@ class Outputs:
     """Sends to the replies, dead-letter and approval-request topics, waiting for each ack.
 
     With `exactly_once`, replies, dead letters and table writes join the transaction of the
-    event being processed and go to that event's partition number (the topics have equal
-    partition counts). Faust's own routing picks a transaction from the destination's
-    partition as the *consumer* sees it, and finds none for topics it does not consume, so
-    those sends would silently leave the transaction (upstream issue 177): we name it,
-    from the job's `current_delivery`.
+    message being processed (`current_delivery`), whatever partition they go to. Faust's own
+    routing picks a transaction from the destination's partition as its *consumer* sees it,
+    and finds none for topics it does not consume, so those sends would silently leave the
+    transaction (upstream issue 177): we name it. See commit_gate.py for when they may go.
     """
 
     def __init__(
@@ -121,6 +121,9 @@ class Outputs:
         """
         key, value = approval_id.encode(), orjson.dumps(body)
         if self.exactly_once:
+            # Outside the transaction on purpose: a transactional write leaves a commit marker
+            # after the last request, which Faust's acked-offset commits never pass, so the
+            # approvals route's lag would never reach 0. Parking and resuming are idempotent.
             await self.outside_transaction(self._requests.get_topic_name(), key, value, None)
         else:
             await self._plain(self._requests, key, value, None)
@@ -132,16 +135,24 @@ class Outputs:
             await self._plain(topic, key, value, headers)
 
     async def in_transaction(
-        self, topic: str, key: bytes | None, value: bytes, headers: Any = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: Any = None,
+        partition: int | None = None,
     ) -> None:
-        """Send inside the current event's transaction, to the event's partition number."""
+        """Send inside the transaction of the message being processed (any partition)."""
         source = current_delivery.get(None)
         if source is None:
             raise RuntimeError("a transactional send needs the message being processed")
+        section = current_section.get()
+        if section is not None:
+            await section.open()  # no commit between here and this message's ack
         group = self._app.assignor.group_for_topic(source.topic)
         transactional_id = f"{self._app.conf.id}-{group}-{source.partition}"
         pending = await self._app.producer.send(
-            topic, key, value, source.partition, None, headers, transactional_id=transactional_id
+            topic, key, value, partition, None, headers, transactional_id=transactional_id
         )
         await pending
 
