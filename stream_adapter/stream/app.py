@@ -10,6 +10,7 @@ commits the highest contiguous acked offset, so a commit never passes an unfinis
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, cast
 
@@ -60,10 +61,49 @@ def _order_key(delivery: Delivery) -> object:
 
 
 def _on_job_error(exc: BaseException) -> None:
-    # A bug, not a bad message: the event stays unacked, so it is processed again after
-    # a restart rather than lost.
     logs.event(logs.ERROR, "job crashed", error_kind=type(exc).__name__)
     logs.log.debug("job crash", exc_info=exc)
+
+
+JOB_RETRY_CAP_S = 30.0
+
+
+async def _until_done(
+    app: FastApp, delivery: Delivery, message: Any, process: Callable[[Delivery], Awaitable[None]]
+) -> None:
+    """Process, then ack; a job that fails for a reason not the message's is tried again.
+
+    Bad messages never raise (the flows answer them); an exception here is the broker or a
+    bug. Left unacked, the message would hold its partition's commits until a restart and
+    stall the next rebalance, which waits for unacked messages. So: retry with backoff, the
+    same as a redelivery would (approved calls still run at most once); when the partition
+    is being revoked or the worker stops, hand the message back unacked (the next owner gets
+    it from the committed offset).
+    """
+    failures = 0
+    while True:
+        try:
+            await process(delivery)
+        except Exception as exc:
+            failures += 1
+            logs.event(
+                logs.ERROR,
+                "job failed; retrying",
+                error_kind=type(exc).__name__,
+                message_id=delivery.message_id,
+                attempt=failures,
+            )
+            logs.log.debug("job failure", exc_info=exc)
+            delay_s = min(JOB_RETRY_CAP_S, 0.5 * 2 ** (failures - 1))
+            deadline = asyncio.get_running_loop().time() + delay_s
+            while asyncio.get_running_loop().time() < deadline:
+                if app.should_stop or not getattr(app.consumer, "flow_active", True):
+                    app.consumer.unacked.discard(message)  # handed back, never acked
+                    return
+                await asyncio.sleep(min(0.2, delay_s))
+            continue
+        app.consumer.ack(message)
+        return
 
 
 def _handler(
@@ -92,8 +132,7 @@ def _handler(
             make_current(message)
             current_section.set(section)
             try:
-                await process(delivery)
-                app.consumer.ack(message)
+                await _until_done(app, delivery, message, process)
             finally:
                 if section is not None:
                     section.close()

@@ -137,3 +137,25 @@ async def test_d_killed_between_parking_and_the_pending_reply(
     assert len(_ledger_lines(second)) == 1
     await wait_lag_zero(second.settings)
     assert all(r["status"] in TERMINAL | {"pending_approval"} for r in client.replies)
+
+
+async def test_a_job_failing_for_another_reason_is_retried_not_stuck(
+    worker_factory: Callable[..., WorkerProcess], client: Client
+) -> None:
+    # The job raises once right after its reply was written (as a broker hiccup would):
+    # it is tried again, the call is answered again with the same ids, and the partition's
+    # commits move on instead of waiting for a restart.
+    worker = worker_factory(STREAM_ADAPTER_FAIL_ONCE_AT=faults.CALL_REPLIED)
+    await worker.ready()
+    sent = await client.call("echo", {"f": 1}, key=b"F")
+    await client.wait_replies(
+        lambda rs: len(client.replies_for(run_id=sent.run_id)) >= 2,
+        what="the retried job's second reply",
+    )
+    replies = client.replies_for(run_id=sent.run_id)
+    assert all(r == replies[0] for r in replies) and replies[0]["status"] == "ok"
+    after = await client.call("echo", {"after": 1}, key=b"F")
+    await client.reply_for(run_id=after.run_id)
+    await wait_lag_zero(worker.settings)
+    assert "job failed; retrying" in worker.log_text()
+    assert worker.proc is not None and worker.proc.poll() is None
