@@ -173,6 +173,9 @@ def build_app(
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 5),
         topic_disable_leader=False,
+        # Exactly-once recovery waits for open transactions to close (highwaters.py); a
+        # standby copy of a partition another worker is writing would wait every time.
+        table_standby_replicas=0 if settings.processing_guarantee == "exactly_once" else 1,
         **faust_options,
     )
     calls = app.topic(settings.calls_topic, partitions=p, **RAW)
