@@ -155,18 +155,23 @@ def _print_topics(states: list[Any]) -> bool:
     return clean
 
 
+def _topics_or_exit(states_of: Callable[[Settings], Any], settings: Settings) -> None:
+    """Run a topics coroutine, print its table; exit 1 on a broker error, 2 on drift."""
+    try:
+        states = asyncio.run(states_of(settings))
+    except AdapterError as exc:
+        _fail(exc)
+    if not _print_topics(states):
+        sys.exit(2)
+
+
 @topics.command("create")
 @click.pass_obj
 def topics_create(settings: Settings) -> None:
     """Create missing topics (idempotent); exit 2 when an existing one has drifted."""
     from stream_adapter.stream.topics import create_topics
 
-    try:
-        states = asyncio.run(create_topics(settings))
-    except AdapterError as exc:
-        _fail(exc)
-    if not _print_topics(states):
-        sys.exit(2)
+    _topics_or_exit(create_topics, settings)
 
 
 @topics.command("describe")
@@ -175,12 +180,7 @@ def topics_describe(settings: Settings) -> None:
     """Show the topics as the broker has them; exit 2 on drift or a missing topic."""
     from stream_adapter.stream.topics import describe_topics
 
-    try:
-        states = asyncio.run(describe_topics(settings))
-    except AdapterError as exc:
-        _fail(exc)
-    if not _print_topics(states):
-        sys.exit(2)
+    _topics_or_exit(describe_topics, settings)
 
 
 # -- worker -----------------------------------------------------------------------------------
