@@ -47,16 +47,23 @@ async def attempt(
     policy: RetryPolicy,
     *,
     on_retry: Callable[[AdapterError, int], None] | None = None,
+    failed: AdapterError | None = None,
 ) -> Attempted[T]:
-    """Run work, retrying retryable AdapterErrors in place; other exceptions propagate."""
+    """Run work, retrying retryable AdapterErrors in place; other exceptions propagate.
+
+    failed: the error of a first attempt already made elsewhere; this goes on from there.
+    """
     tries = 1
     while True:
-        try:
-            return Attempted(await work(), None, tries)
-        except AdapterError as exc:
-            if not exc.retryable or tries >= policy.attempts:
-                return Attempted(None, exc, tries)
-            if on_retry is not None:
-                on_retry(exc, tries)
-            await asyncio.sleep(policy.delay_s(tries))
-            tries += 1
+        if failed is None:
+            try:
+                return Attempted(await work(), None, tries)
+            except AdapterError as exc:
+                failed = exc
+        if not failed.retryable or tries >= policy.attempts:
+            return Attempted(None, failed, tries)
+        if on_retry is not None:
+            on_retry(failed, tries)
+        await asyncio.sleep(policy.delay_s(tries))
+        tries += 1
+        failed = None

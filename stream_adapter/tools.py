@@ -7,6 +7,7 @@ a ``float`` takes ``3``; ``datetime``, enums and nested models take their JSON f
 
 from __future__ import annotations
 
+import dis
 import inspect
 import typing
 from collections.abc import Callable, Mapping
@@ -80,6 +81,9 @@ class Tool:
     args_model: type[BaseModel] = field(init=False, repr=False)
     context_param: str | None = field(init=False, repr=False)
     takes_anything: bool = field(init=False, repr=False)
+    never_waits: bool = field(init=False, repr=False)
+    """An `async def` without await: its coroutine finishes on its first step, so a worker
+    may run it without a task of its own (stream/inline.py)."""
 
     def __post_init__(self) -> None:
         if self.timeout_s is not None and self.timeout_s <= 0:
@@ -90,6 +94,7 @@ class Tool:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
         takes_anything = not model.model_fields and model.model_config.get("extra") == "allow"
         object.__setattr__(self, "takes_anything", takes_anything)
+        object.__setattr__(self, "never_waits", self.is_async and _never_waits(self.fn))
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The keyword arguments for fn, or a 422 ToolUsageError naming the bad fields."""
@@ -103,6 +108,20 @@ class Tool:
         if model.model_extra:
             kwargs.update(model.model_extra)
         return kwargs
+
+
+_WAITING_OPS = frozenset({"YIELD_VALUE", "SEND", "GET_AWAITABLE", "GET_ANEXT", "BEFORE_ASYNC_WITH"})
+
+
+def _never_waits(fn: Callable[..., Any]) -> bool:
+    """True when fn's own code cannot suspend: no await, async for or async with in it.
+
+    Conservative: anything that is not a plain function with a code object counts as waiting.
+    """
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None or inspect.unwrap(fn) is not fn:
+        return False
+    return not any(ins.opname in _WAITING_OPS for ins in dis.get_instructions(code))
 
 
 def _describe(exc: Exception) -> str:

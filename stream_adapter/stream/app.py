@@ -22,12 +22,13 @@ from stream_adapter.retries import RetryPolicy
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.approvals import ApprovalFlow, ApprovalTable
-from stream_adapter.stream.calls import process_call
+from stream_adapter.stream.calls import process_call, send_reply
 from stream_adapter.stream.commit_gate import CommitGate, OutputSection, current_section
 from stream_adapter.stream.commits import keep_head_gaps
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.fastpath import FastApp, make_current
 from stream_adapter.stream.highwaters import use_broker_highwaters
+from stream_adapter.stream.inline import Handoff, InlineCalls
 from stream_adapter.stream.keyed import KeyedScheduler, Slots
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.outputs import Delivery, Outputs, current_delivery
@@ -106,20 +107,25 @@ async def _until_done(
         return
 
 
+Process = Callable[[Delivery], Awaitable[None]]
+
+
 def _handler(
     app: FastApp,
     scheduler_of: Callable[[], KeyedScheduler],
-    process: Callable[[Delivery], Awaitable[None]],
+    process: Process,
+    lane: _Lane | None = None,
 ) -> Callable[[Any], Awaitable[None]]:
-    """A route handler: schedule each record as a job, ack it when the job has finished."""
+    """A route handler: schedule each record as a job, ack it when the job has finished.
+
+    With a lane, a record is first offered to it (stream/inline.py); what the lane hands
+    back is scheduled, after any reply of the same key the lane still holds is sent.
+    """
     schedulers: list[KeyedScheduler] = []  # built on first use, on the worker's loop
 
     last_section: dict[tuple[str, int], OutputSection] = {}  # exactly-once: per partition
 
-    async def on_message(message: Any) -> None:
-        if not schedulers:
-            schedulers.append(scheduler_of())
-        delivery = _delivery(message)
+    async def schedule(message: Any, delivery: Delivery, key: object, work: Process) -> None:
         section = None
         if app.commit_gate is not None:
             tp = (delivery.topic, delivery.partition)
@@ -132,14 +138,70 @@ def _handler(
             make_current(message)
             current_section.set(section)
             try:
-                await _until_done(app, delivery, message, process)
+                await _until_done(app, delivery, message, work)
             finally:
                 if section is not None:
                     section.close()
 
-        await schedulers[0].submit(_order_key(delivery), job)
+        await schedulers[0].submit(key, job)
 
+    async def on_message(message: Any) -> None:
+        if not schedulers:
+            schedulers.append(scheduler_of())
+        delivery = _delivery(message)
+        key = _order_key(delivery)
+        work = process
+        if lane is not None:
+            inline = await lane.get()
+            if not schedulers[0].busy(key):
+                handoff = inline.offer(message, delivery, key)
+                if handoff is None:
+                    return
+                work = lane.resume(handoff)
+            if inline.holds(key):
+                await inline.flush()  # the key's earlier replies go first (SPEC §9)
+        await schedule(message, delivery, key, work)
+
+    if lane is not None:
+        lane.redo = lambda message: asyncio.ensure_future(
+            schedule(message, _delivery(message), _order_key(_delivery(message)), process)
+        )
     return on_message
+
+
+class _Lane:
+    """The calls route's inline lane, built on the worker's loop at its first record."""
+
+    def __init__(self, app: FastApp, ctx: FlowContext) -> None:
+        self._app = app
+        self._ctx = ctx
+        self._inline: InlineCalls | None = None
+        self.redo: Callable[[Any], object] = lambda message: None
+
+    async def get(self) -> InlineCalls:
+        if self._inline is None:
+            inline = InlineCalls(
+                self._ctx,
+                cast(Any, self._app.producer)._ensure_producer(),
+                ack=self._app.consumer.ack,
+                redo=lambda message: self.redo(message),
+            )
+            await inline.start()
+            self._inline = inline
+        return self._inline
+
+    async def flush(self) -> None:
+        if self._inline is not None:
+            await self._inline.flush()
+
+    def resume(self, handoff: Handoff) -> Process:
+        """The scheduled work for a call the lane handed on."""
+        ctx = self._ctx
+        if handoff.reply is not None:
+            reply = handoff.reply
+            return lambda delivery: send_reply(ctx, delivery, reply)
+        failed = handoff.failed
+        return lambda delivery: process_call(ctx, delivery, failed=failed)
 
 
 def build_app(
@@ -242,6 +304,10 @@ def build_app(
     )
     # App.service is typed for classes; it starts instances just the same.
     app.service(cast(Any, MetricsServer(metrics, settings.web_host, settings.web_port)))
-    app.route(calls, _handler(app, scheduler, run_call))
+    inline = settings.processing_guarantee != "exactly_once" and ctx.tracing is None
+    lane = _Lane(app, ctx) if inline else None
+    app.route(
+        calls, _handler(app, scheduler, run_call, lane), lane.flush if lane is not None else None
+    )
     app.route(approvals_channel, _handler(app, scheduler, flow.process))
     return app

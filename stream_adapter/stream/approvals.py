@@ -249,7 +249,13 @@ class ApprovalFlow:
         with self._traced(f"tool {record.tool}", {}, tool=record.tool, **ids) as inner:
             try:
                 tool = self.ctx.executor.resolve(record.tool, self.ctx.tools)
-                reply, error, _ = await self.ctx.run(tool, dict(record.arguments), **ids)
+                reply, error, _ = await self.ctx.run(
+                    tool,
+                    dict(record.arguments),
+                    run_id=record.run_id,
+                    call_id=record.call_id,
+                    approval_id=record.approval_id,
+                )
             except AdapterError as exc:
                 reply, error = error_reply_body(exc, tool=record.tool, **ids), exc
             if error is not None and self.ctx.tracing is not None:

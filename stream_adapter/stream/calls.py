@@ -12,6 +12,7 @@ from typing import Any
 from stream_adapter.envelope import Envelope, parse_envelope
 from stream_adapter.errors import AdapterError
 from stream_adapter.ids import approval_id_for, derive_ids
+from stream_adapter.replies import Reply
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.faults import CALL_REPLIED, crash_point
 from stream_adapter.stream.outputs import Delivery, Headers
@@ -49,8 +50,13 @@ def resume_request(envelope: Envelope, delivery: Delivery) -> dict[str, Any]:
     }
 
 
-async def process_call(ctx: FlowContext, delivery: Delivery) -> None:
-    """Bring one `tool-calls` message to a terminal, durable outcome; never raises AdapterError."""
+async def process_call(
+    ctx: FlowContext, delivery: Delivery, *, failed: AdapterError | None = None
+) -> None:
+    """Bring one `tool-calls` message to a terminal, durable outcome; never raises AdapterError.
+
+    failed: the error of the first run of this plain call, made inline (stream/inline.py).
+    """
     source = ctx.settings.source
     try:
         envelope = parse_envelope(delivery.value, message_id=delivery.message_id, source=source)
@@ -74,7 +80,7 @@ async def process_call(ctx: FlowContext, delivery: Delivery) -> None:
         await ctx.outputs.request(approval_id, park_request(envelope, delivery))
         return
     if ctx.tracing is None:
-        await _run(ctx, delivery, envelope, tool, None)
+        await _run(ctx, delivery, envelope, tool, None, failed)
         return
     with ctx.tracing.span(
         f"tool {tool.name}",
@@ -87,16 +93,27 @@ async def process_call(ctx: FlowContext, delivery: Delivery) -> None:
         await _run(ctx, delivery, envelope, tool, trace_headers)
 
 
+async def send_reply(ctx: FlowContext, delivery: Delivery, reply: Reply) -> None:
+    """Write the reply of a call that already ran (stream/inline.py hands on big ones)."""
+    await ctx.outputs.reply(reply, message_id=delivery.message_id)
+    crash_point(CALL_REPLIED)
+
+
 async def _run(
     ctx: FlowContext,
     delivery: Delivery,
     envelope: Envelope,
     tool: Tool,
     trace_headers: Headers | None,
+    failed: AdapterError | None = None,
 ) -> None:
     """Run a plain call and write its terminal outcome (trace_headers go on the reply)."""
     reply, error, attempts = await ctx.run(
-        tool, dict(envelope.arguments), run_id=envelope.run_id, call_id=envelope.call_id
+        tool,
+        dict(envelope.arguments),
+        run_id=envelope.run_id,
+        call_id=envelope.call_id,
+        failed=failed,
     )
     if error is None:
         await ctx.outputs.reply(reply, message_id=delivery.message_id, headers=trace_headers)

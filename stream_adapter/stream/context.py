@@ -43,8 +43,12 @@ class FlowContext:
         run_id: str,
         call_id: str,
         approval_id: str | None = None,
+        failed: AdapterError | None = None,
     ) -> tuple[Reply, AdapterError | None, int]:
-        """Run a call with in-place retries; the terminal reply, the error if any, attempts."""
+        """Run a call with in-place retries; the terminal reply, the error if any, attempts.
+
+        failed: the error of a first attempt made already (stream/inline.py).
+        """
 
         metrics = self.metrics
 
@@ -70,7 +74,7 @@ class FlowContext:
                         tool, arguments, run_id=run_id, call_id=call_id, approval_id=approval_id
                     )
 
-            outcome = await attempt(run_once, self.policy, on_retry=on_retry)
+            outcome = await attempt(run_once, self.policy, on_retry=on_retry, failed=failed)
         finally:
             if metrics is not None:
                 metrics.finished(tool.name, started)

@@ -21,16 +21,20 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from stream_adapter.stream.commit_gate import CommitGate
 
 Handler = Callable[[Any], Awaitable[None]]
+Flush = Callable[[], Awaitable[None]]
 
 
 class FastConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer with a direct route for registered topics."""
 
     handlers: dict[str, Handler]
+    flushes: list[Flush]
+    """Called after each fetched round of records (routes that batch their outputs)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.handlers = {}
+        self.flushes = []
 
     async def _drain_messages(self, fetcher: Any) -> None:
         """Fetch and dispatch records until the consumer or the fetcher stops."""
@@ -62,6 +66,8 @@ class FastConsumer(faust_aiokafka.Consumer):
                     else:
                         await self.wait_first(slow(message), self.suspend_flow.wait())
                     read_offset[tp] = offset
+                for flush in self.flushes:
+                    await flush()
         except self.consumer_stopped_errors:
             if not self.transport.app.should_stop:
                 raise
@@ -93,17 +99,22 @@ class FastApp(faust.App):
     def _new_transport(self) -> Any:
         return FastTransport(self.conf.broker_consumer, self)
 
-    def route(self, topic: Any, handler: Handler) -> None:
-        """Subscribe topic (a Faust topic, one or more names) and hand its records to handler."""
+    def route(self, topic: Any, handler: Handler, flush: Flush | None = None) -> None:
+        """Subscribe topic (a Faust topic, one or more names) and hand its records to handler;
+        flush, if given, runs after each fetched round."""
         self.topics.add(topic)
         routes: dict[str, Handler] = self.__dict__.setdefault("_fast_routes", {})
         for name in topic.topics:
             routes[name] = handler
+        if flush is not None:
+            self.__dict__.setdefault("_fast_flushes", []).append(flush)
 
     def _new_consumer(self) -> Any:
         consumer = cast(FastConsumer, super()._new_consumer())
         consumer.handlers.update(self.__dict__.get("_fast_routes", {}))
+        consumer.flushes.extend(self.__dict__.get("_fast_flushes", []))
         self.__dict__["_fast_routes"] = consumer.handlers  # later routes land there too
+        self.__dict__["_fast_flushes"] = consumer.flushes
         return consumer
 
 

@@ -25,6 +25,11 @@ class InjectedFault(RuntimeError):
     """The failure STREAM_ADAPTER_FAIL_ONCE_AT asked for."""
 
 
+def armed(name: str) -> bool:
+    """True when the environment names this point (hot paths check once, not per call)."""
+    return name in (os.environ.get(_ENV), os.environ.get(_FAIL_ENV))
+
+
 def crash_point(name: str) -> None:
     """Die by SIGKILL here, or raise once, if the environment names this point."""
     if os.environ.get(_ENV) == name:

@@ -27,6 +27,10 @@ class KeyedScheduler:
     def in_flight(self) -> int:
         return len(self._tasks)
 
+    def busy(self, key: Hashable) -> bool:
+        """True while a job of key is queued or running (a later one must wait for it)."""
+        return key in self._tails
+
     async def submit(self, key: Hashable, job: Job) -> None:
         """Queue job behind the key's previous job; wait while max_queued jobs exist."""
         await self._queue.acquire()

@@ -79,15 +79,15 @@ class Metrics:
         """The tool label: the name when the executor knows it, else UNKNOWN_TOOL."""
         return tool if tool is not None and tool in self._known else UNKNOWN_TOOL
 
-    def replied(self, tool: str | None, status: str) -> None:
-        """Count one reply written."""
+    def replied(self, tool: str | None, status: str, count: int = 1) -> None:
+        """Count replies written."""
         child = self._calls.get((tool, status))
         if child is None:
             label = self.label(tool)
             child = self.calls.labels(label, status)
             if label != UNKNOWN_TOOL:  # names sent by producers must not grow the cache
                 self._calls[(tool, status)] = child
-        child.inc()
+        child.inc(count)
 
     def started(self) -> float:
         """A tool run begins: one more in flight; returns the start time for `finished`."""
@@ -97,10 +97,14 @@ class Metrics:
     def finished(self, tool: str, started: float) -> None:
         """A tool run ended (any outcome): one fewer in flight, its latency observed."""
         self.in_flight.dec()
+        self.observe(tool, time.perf_counter() - started)
+
+    def observe(self, tool: str, seconds: float) -> None:
+        """One tool run's wall time."""
         child = self._latency.get(tool)
         if child is None:
             child = self._latency[tool] = self.latency.labels(self.label(tool))
-        child.observe(time.perf_counter() - started)
+        child.observe(seconds)
 
     def retried(self, tool: str) -> None:
         child = self._retries.get(tool)

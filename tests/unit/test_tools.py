@@ -214,3 +214,22 @@ def test_parameter_names_may_shadow_model_attributes() -> None:
         "json": "j",
         "schema": True,
     }
+
+
+def test_never_waits_is_true_only_for_async_tools_without_await() -> None:
+    async def quick(**arguments: Any) -> dict[str, Any]:
+        return arguments
+
+    async def waits(**arguments: Any) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return arguments
+
+    async def iterates(**arguments: Any) -> int:
+        async with asyncio.Lock():
+            return 1
+
+    def plain(**arguments: Any) -> int:
+        return 1
+
+    flags = {f.__name__: Tool(f.__name__, f).never_waits for f in (quick, waits, iterates, plain)}
+    assert flags == {"quick": True, "waits": False, "iterates": False, "plain": False}

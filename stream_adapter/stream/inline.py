@@ -1,0 +1,216 @@
+"""Calls whose tool never waits run as they are read: no task, replies sent in batches.
+
+On a fast tool the worker's cost was the asyncio machinery around the call (a task, several
+futures and an awaited send per reply), not the tool. A plain call whose tool cannot suspend
+(`Tool.never_waits`) runs here instead, in the consumer's own task, on its one and only step.
+Its reply joins a record batch for its reply partition; the batches go to the producer at the
+end of each fetch, or earlier when a later call of the same key takes the scheduled path; the
+calls are acked when the broker acks their batch (SPEC §8). Everything else is handed back to
+the scheduled path (app.py): another tool, a failure (its retries go on there), a key whose
+earlier call is still scheduled, tracing, and exactly-once mode, where replies belong to
+transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiokafka.producer.message_accumulator import BatchBuilder
+
+from stream_adapter import logs
+from stream_adapter.envelope import parse_envelope
+from stream_adapter.errors import AdapterError
+from stream_adapter.replies import Reply, ok_reply
+from stream_adapter.stream import faults
+from stream_adapter.stream.context import FlowContext
+from stream_adapter.stream.outputs import CONTENT_TYPE, Delivery
+from stream_adapter.stream.partitioner import partition_for
+from stream_adapter.tools import Tool
+
+BATCH_BYTES = 512 << 10
+"""Record batch size: well under the broker's default 1 MiB message limit."""
+MAX_INLINE_REPLY_BYTES = 64 << 10
+"""A larger reply takes the scheduled path, so one big reply never fails a whole batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """A call the lane did not finish: the scheduled path takes it from the start, or, when
+    the tool already ran, goes on from `failed` (its first attempt's error) or sends `reply`."""
+
+    failed: AdapterError | None = None
+    reply: Reply | None = None
+
+
+NOT_INLINE = Handoff()
+
+
+@dataclass(slots=True)
+class _Batch:
+    builder: BatchBuilder
+    messages: list[Any] = field(default_factory=list)
+    tools: dict[str, int] = field(default_factory=dict)
+
+
+class InlineCalls:
+    """The lane: offer a call; flush at the end of each fetch.
+
+    `redo(message)` hands a call whose reply never became durable to the scheduled path.
+    """
+
+    def __init__(
+        self,
+        ctx: FlowContext,
+        producer: Any,
+        ack: Callable[[Any], Any],
+        redo: Callable[[Any], Any],
+    ) -> None:
+        self._ctx = ctx
+        self._producer = producer
+        self._ack = ack
+        self._redo = redo
+        self._topic = ctx.settings.replies_topic
+        self._source = ctx.settings.source
+        self._tools: dict[str, Tool | None] = {}
+        self._batches: dict[int, _Batch] = {}
+        self._full: list[tuple[int, _Batch]] = []
+        self._keys: set[Hashable] = set()
+        self._partitions = 0
+        self._crash_armed = faults.armed(faults.CALL_REPLIED)
+
+    async def start(self) -> None:
+        """Learn the replies topic's partition count (once; the lane's partitioner needs it)."""
+        if not self._partitions:
+            await self._producer.client._wait_on_metadata(self._topic)
+            self._partitions = len(self._producer.client.cluster.partitions_for_topic(self._topic))
+
+    def holds(self, key: Hashable) -> bool:
+        """True when a reply of key waits in an unsent batch (send it before the key's next)."""
+        return key in self._keys
+
+    def offer(self, message: Any, delivery: Delivery, key: Hashable) -> Handoff | None:
+        """Run the call if it can be run here; None when done, else what to hand on."""
+        ctx = self._ctx
+        try:
+            envelope = parse_envelope(
+                delivery.value, message_id=delivery.message_id, source=self._source
+            )
+        except AdapterError:
+            return NOT_INLINE
+        tool = self._tool(envelope.tool) if envelope.approval_id is None else None
+        if tool is None:
+            return NOT_INLINE
+        started = time.perf_counter()
+        step = ctx.executor.run_tool(
+            tool, envelope.arguments, run_id=envelope.run_id, call_id=envelope.call_id
+        )
+        try:
+            step.send(None)
+        except StopIteration as done:
+            result = done.value
+        except AdapterError as exc:
+            return Handoff(failed=exc)
+        else:  # never_waits says this cannot happen; run it again where waiting is allowed
+            step.close()
+            logs.event(logs.ERROR, "inline tool waited", tool=tool.name)
+            return NOT_INLINE
+        if ctx.metrics is not None:
+            ctx.metrics.observe(tool.name, time.perf_counter() - started)
+        reply = ok_reply(tool.name, envelope.run_id, envelope.call_id, result)
+        value = orjson.dumps(reply)
+        if len(value) > MAX_INLINE_REPLY_BYTES:
+            return Handoff(reply=reply)
+        self._append(message, envelope.run_id.encode(), value, delivery.message_id, tool.name)
+        self._keys.add(key)
+        return None
+
+    def _tool(self, name: str | None) -> Tool | None:
+        """The tool if calls of it may run here; None for unknown, confirm or waiting tools."""
+        if name is None:
+            return None
+        try:
+            return self._tools[name]
+        except KeyError:
+            pass
+        try:
+            tool = self._ctx.executor.resolve(name, self._ctx.tools)
+        except AdapterError:
+            return None  # unknown names are not cached: producers choose them
+        usable = not tool.confirm and tool.never_waits and tool.timeout_s is None
+        self._tools[name] = tool if usable else None
+        return self._tools[name]
+
+    def _append(self, message: Any, key: bytes, value: bytes, message_id: str, tool: str) -> None:
+        partition = partition_for(key, self._partitions)
+        headers = [("message-id", message_id.encode()), ("content-type", CONTENT_TYPE)]
+        batch = self._batches.get(partition)
+        if batch is None:
+            batch = self._batches[partition] = _Batch(self._builder())
+        if batch.builder.append(timestamp=None, key=key, value=value, headers=headers) is None:
+            self._full.append((partition, batch))
+            batch = self._batches[partition] = _Batch(self._builder())
+            batch.builder.append(timestamp=None, key=key, value=value, headers=headers)
+        batch.messages.append(message)
+        batch.tools[tool] = batch.tools.get(tool, 0) + 1
+
+    @staticmethod
+    def _builder() -> BatchBuilder:
+        return BatchBuilder(
+            BATCH_BYTES, 0, is_transactional=False, key_serializer=None, value_serializer=None
+        )
+
+    async def flush(self) -> None:
+        """Hand every batch to the producer; its calls are acked when the broker acks it."""
+        if not self._batches and not self._full:
+            return
+        ready = self._full + list(self._batches.items())
+        self._full, self._batches = [], {}
+        self._keys.clear()
+        for partition, batch in ready:
+            try:
+                sent = await self._producer.send_batch(
+                    batch.builder, self._topic, partition=partition
+                )
+            except Exception as exc:  # the producer refused it: these calls go again
+                self._failed(batch, exc)
+                continue
+            sent.add_done_callback(lambda fut, batch=batch: self._sent(batch, fut))
+
+    def _sent(self, batch: _Batch, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            self._failed(batch, fut.exception() if not fut.cancelled() else None)
+            return
+        metrics = self._ctx.metrics
+        if metrics is not None:
+            for tool, count in batch.tools.items():
+                metrics.replied(tool, "ok", count)
+        for message in batch.messages:
+            if self._crash_armed:
+                try:
+                    faults.crash_point(faults.CALL_REPLIED)
+                except faults.InjectedFault as exc:
+                    _retrying(exc, message)
+                    self._redo(message)
+                    continue
+            self._ack(message)
+
+    def _failed(self, batch: _Batch, exc: BaseException | None) -> None:
+        """A batch that never became durable: its calls go again on the scheduled path."""
+        for message in batch.messages:
+            _retrying(exc, message)
+            self._redo(message)
+
+
+def _retrying(exc: BaseException | None, message: Any) -> None:
+    logs.event(
+        logs.ERROR,
+        "job failed; retrying",
+        error_kind=type(exc).__name__ if exc is not None else "Cancelled",
+        message_id=f"{message.topic}:{message.partition}:{message.offset}",
+        attempt=1,
+    )
