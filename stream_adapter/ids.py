@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from functools import lru_cache
 from hashlib import blake2b
 
 __all__ = ["approval_id_for", "derive_call_id", "derive_ids", "derive_run_id", "fresh_id"]
@@ -10,13 +11,25 @@ __all__ = ["approval_id_for", "derive_call_id", "derive_ids", "derive_run_id", "
 _PERSON = b"stream-adapter"
 
 
-def _digest(*parts: str) -> str:
-    """Hash parts with an injective length-prefixed encoding, so ("a:b","c") != ("a","b:c")."""
-    h = blake2b(digest_size=16, person=_PERSON)
+def _encoded(parts: tuple[str, ...]) -> bytes:
+    """The injective length-prefixed encoding of parts, so ("a:b","c") != ("a","b:c")."""
+    out = []
     for part in parts:
         data = part.encode("utf-8", "surrogatepass")
-        h.update(b"%d:" % len(data))
-        h.update(data)
+        out.append(b"%d:%s" % (len(data), data))
+    return b"".join(out)
+
+
+@lru_cache(maxsize=64)
+def _hasher(*prefix: str) -> blake2b:
+    """blake2b having hashed prefix (a kind and a source: few, reused for every message)."""
+    return blake2b(_encoded(prefix), digest_size=16, person=_PERSON)
+
+
+def _digest(*parts: str) -> str:
+    """Hash parts (the first two are a kind and a source) in their injective encoding."""
+    h = _hasher(*parts[:2]).copy()
+    h.update(_encoded(parts[2:]))
     return h.hexdigest()
 
 

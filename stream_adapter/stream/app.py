@@ -54,11 +54,11 @@ def _delivery(message: Any) -> Delivery:
     )
 
 
-def _order_key(delivery: Delivery) -> object:
+def _order_key(message: Any) -> object:
     """Messages with the same key run in offset order; keyless ones need no order."""
-    if delivery.key is None:
-        return (delivery.topic, delivery.partition, delivery.offset)
-    return (delivery.topic, delivery.partition, delivery.key)
+    if message.key is None:
+        return (message.topic, message.partition, message.offset)
+    return (message.topic, message.partition, message.key)
 
 
 def _on_job_error(exc: BaseException) -> None:
@@ -126,6 +126,7 @@ def _handler(
     last_section: dict[tuple[str, int], OutputSection] = {}  # exactly-once: per partition
 
     async def schedule(message: Any, delivery: Delivery, key: object, work: Process) -> None:
+        app.fast_consumer.track(message)
         section = None
         if app.commit_gate is not None:
             tp = (delivery.topic, delivery.partition)
@@ -148,23 +149,22 @@ def _handler(
     async def on_message(message: Any) -> None:
         if not schedulers:
             schedulers.append(scheduler_of())
-        delivery = _delivery(message)
-        key = _order_key(delivery)
+        key = _order_key(message)
         work = process
         if lane is not None:
             inline = await lane.get()
             if not schedulers[0].busy(key):
-                handoff = inline.offer(message, delivery, key)
+                handoff = inline.offer(message, key)
                 if handoff is None:
                     return
                 work = lane.resume(handoff)
             if inline.holds(key):
                 await inline.flush()  # the key's earlier replies go first (SPEC §9)
-        await schedule(message, delivery, key, work)
+        await schedule(message, _delivery(message), key, work)
 
     if lane is not None:
         lane.redo = lambda message: asyncio.ensure_future(
-            schedule(message, _delivery(message), _order_key(_delivery(message)), process)
+            schedule(message, _delivery(message), _order_key(message), process)
         )
     return on_message
 
@@ -183,7 +183,7 @@ class _Lane:
             inline = InlineCalls(
                 self._ctx,
                 cast(Any, self._app.producer)._ensure_producer(),
-                ack=self._app.consumer.ack,
+                ack=self._app.fast_consumer.ack_all,
                 redo=lambda message: self.redo(message),
             )
             await inline.start()
@@ -194,14 +194,20 @@ class _Lane:
         if self._inline is not None:
             await self._inline.flush()
 
+    async def drain(self) -> None:
+        if self._inline is not None:
+            await self._inline.drain()
+
     def resume(self, handoff: Handoff) -> Process:
         """The scheduled work for a call the lane handed on."""
         ctx = self._ctx
         if handoff.reply is not None:
             reply = handoff.reply
             return lambda delivery: send_reply(ctx, delivery, reply)
-        failed = handoff.failed
-        return lambda delivery: process_call(ctx, delivery, failed=failed)
+        envelope, failed = handoff.envelope, handoff.failed
+        if envelope is None:
+            return lambda delivery: process_call(ctx, delivery)
+        return lambda delivery: process_call(ctx, delivery, envelope=envelope, failed=failed)
 
 
 def build_app(
@@ -306,8 +312,9 @@ def build_app(
     app.service(cast(Any, MetricsServer(metrics, settings.web_host, settings.web_port)))
     inline = settings.processing_guarantee != "exactly_once" and ctx.tracing is None
     lane = _Lane(app, ctx) if inline else None
-    app.route(
-        calls, _handler(app, scheduler, run_call, lane), lane.flush if lane is not None else None
-    )
+    if lane is None:
+        app.route(calls, _handler(app, scheduler, run_call))
+    else:
+        app.route(calls, _handler(app, scheduler, run_call, lane), lane.flush, lane.drain)
     app.route(approvals_channel, _handler(app, scheduler, flow.process))
     return app

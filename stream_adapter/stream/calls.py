@@ -51,19 +51,25 @@ def resume_request(envelope: Envelope, delivery: Delivery) -> dict[str, Any]:
 
 
 async def process_call(
-    ctx: FlowContext, delivery: Delivery, *, failed: AdapterError | None = None
+    ctx: FlowContext,
+    delivery: Delivery,
+    *,
+    envelope: Envelope | None = None,
+    failed: AdapterError | None = None,
 ) -> None:
     """Bring one `tool-calls` message to a terminal, durable outcome; never raises AdapterError.
 
-    failed: the error of the first run of this plain call, made inline (stream/inline.py).
+    envelope: the message already parsed; failed: the error of the first run of this plain
+    call, made inline (both from stream/inline.py).
     """
     source = ctx.settings.source
-    try:
-        envelope = parse_envelope(delivery.value, message_id=delivery.message_id, source=source)
-    except AdapterError as exc:
-        run_id, call_id = derive_ids(delivery.message_id, source)
-        await ctx.fail(delivery, exc, tool=None, run_id=run_id, call_id=call_id)
-        return
+    if envelope is None:
+        try:
+            envelope = parse_envelope(delivery.value, message_id=delivery.message_id, source=source)
+        except AdapterError as exc:
+            run_id, call_id = derive_ids(delivery.message_id, source)
+            await ctx.fail(delivery, exc, tool=None, run_id=run_id, call_id=call_id)
+            return
     if envelope.approval_id is not None:
         await ctx.outputs.request(envelope.approval_id, resume_request(envelope, delivery))
         return

@@ -17,11 +17,14 @@ from typing import Any, ClassVar, cast
 import faust
 from faust import streams as faust_streams
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types.tuples import ack_lock
+from mode.utils.futures import notify
 
 from stream_adapter.stream.commit_gate import CommitGate
 
 Handler = Callable[[Any], Awaitable[None]]
 Flush = Callable[[], Awaitable[None]]
+Drain = Callable[[], Awaitable[None]]
 
 
 class FastConsumer(faust_aiokafka.Consumer):
@@ -30,11 +33,45 @@ class FastConsumer(faust_aiokafka.Consumer):
     handlers: dict[str, Handler]
     flushes: list[Flush]
     """Called after each fetched round of records (routes that batch their outputs)."""
+    drains: list[Drain]
+    """Awaited before Faust waits for unacked messages: records a route holds untracked."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.handlers = {}
         self.flushes = []
+        self.drains = []
+
+    def track(self, message: Any) -> None:
+        """Count message as unacked, so rebalances and shutdown wait for it (Faust's
+        track_message minus its per-record monitor call, several µs of no use here)."""
+        self._unacked_messages.add(message)
+
+    def ack_all(self, messages: list[Any]) -> None:
+        """Faust's ack for many untracked messages of one topic, under one lock."""
+        if not messages or not self.app.topics.acks_enabled_for(messages[0].topic):
+            return
+        with ack_lock:
+            committed_offsets = self._committed_offset
+            for message in messages:
+                if message.acked:
+                    continue
+                message.acked = True
+                tp, offset = message.tp, message.offset
+                committed = committed_offsets[tp]
+                if committed is None or offset >= committed:
+                    acked_index = self._acked_index[tp]
+                    if offset not in acked_index:
+                        acked_index.add(offset)
+                        self._acked[tp].append(offset)
+                        self._n_acked += 1
+            notify(self._waiting_for_ack)
+
+    async def wait_empty(self) -> None:
+        """Wait for the routes' untracked records, then for Faust's unacked messages."""
+        for drain in self.drains:
+            await drain()
+        await super().wait_empty()
 
     async def _drain_messages(self, fetcher: Any) -> None:
         """Fetch and dispatch records until the consumer or the fetcher stops."""
@@ -42,7 +79,6 @@ class FastConsumer(faust_aiokafka.Consumer):
         acks_enabled_for = self.app.topics.acks_enabled_for
         handlers = self.handlers
         slow = self.callback
-        unacked = self._unacked_messages
         try:
             while not (self.should_stop or fetcher.should_stop):
                 await asyncio.sleep(0)  # getmany may return at once, over and over
@@ -59,10 +95,7 @@ class FastConsumer(faust_aiokafka.Consumer):
                         await self._add_gap(tp, last + 1, offset)
                     handler = handlers.get(message.topic)
                     if handler is not None:
-                        # track_message minus its per-record sensor call: the worker has no
-                        # use for Faust's monitor, and it costs several µs a record.
-                        unacked.add(message)
-                        await handler(message)
+                        await handler(message)  # it tracks what it does not ack at once
                     else:
                         await self.wait_first(slow(message), self.suspend_flow.wait())
                     read_offset[tp] = offset
@@ -96,25 +129,41 @@ class FastApp(faust.App):
 
     commit_gate: CommitGate | None = None
 
+    @property
+    def fast_consumer(self) -> FastConsumer:
+        """The consumer, typed as what `_new_consumer` builds."""
+        return cast(FastConsumer, self.consumer)
+
     def _new_transport(self) -> Any:
         return FastTransport(self.conf.broker_consumer, self)
 
-    def route(self, topic: Any, handler: Handler, flush: Flush | None = None) -> None:
-        """Subscribe topic (a Faust topic, one or more names) and hand its records to handler;
-        flush, if given, runs after each fetched round."""
+    def route(
+        self,
+        topic: Any,
+        handler: Handler,
+        flush: Flush | None = None,
+        drain: Drain | None = None,
+    ) -> None:
+        """Subscribe topic (a Faust topic, one or more names) and hand its records to handler,
+        which must `track` or ack each. flush runs after each fetched round; drain, before a
+        rebalance or shutdown waits for unacked messages, until records it holds are acked."""
         self.topics.add(topic)
         routes: dict[str, Handler] = self.__dict__.setdefault("_fast_routes", {})
         for name in topic.topics:
             routes[name] = handler
         if flush is not None:
             self.__dict__.setdefault("_fast_flushes", []).append(flush)
+        if drain is not None:
+            self.__dict__.setdefault("_fast_drains", []).append(drain)
 
     def _new_consumer(self) -> Any:
         consumer = cast(FastConsumer, super()._new_consumer())
         consumer.handlers.update(self.__dict__.get("_fast_routes", {}))
         consumer.flushes.extend(self.__dict__.get("_fast_flushes", []))
+        consumer.drains.extend(self.__dict__.get("_fast_drains", []))
         self.__dict__["_fast_routes"] = consumer.handlers  # later routes land there too
         self.__dict__["_fast_flushes"] = consumer.flushes
+        self.__dict__["_fast_drains"] = consumer.drains
         return consumer
 
 

@@ -23,26 +23,30 @@ import orjson
 from aiokafka.producer.message_accumulator import BatchBuilder
 
 from stream_adapter import logs
-from stream_adapter.envelope import parse_envelope
+from stream_adapter.envelope import Envelope, parse_envelope
 from stream_adapter.errors import AdapterError
 from stream_adapter.replies import Reply, ok_reply
 from stream_adapter.stream import faults
 from stream_adapter.stream.context import FlowContext
-from stream_adapter.stream.outputs import CONTENT_TYPE, Delivery
+from stream_adapter.stream.outputs import CONTENT_TYPE
 from stream_adapter.stream.partitioner import partition_for
 from stream_adapter.tools import Tool
 
 BATCH_BYTES = 512 << 10
 """Record batch size: well under the broker's default 1 MiB message limit."""
+DRAIN_TIMEOUT_S = 30.0
+"""Longest a rebalance or shutdown waits for the broker to ack held replies."""
 MAX_INLINE_REPLY_BYTES = 64 << 10
 """A larger reply takes the scheduled path, so one big reply never fails a whole batch."""
 
 
 @dataclass(frozen=True, slots=True)
 class Handoff:
-    """A call the lane did not finish: the scheduled path takes it from the start, or, when
-    the tool already ran, goes on from `failed` (its first attempt's error) or sends `reply`."""
+    """A call the lane did not finish: the scheduled path takes it from the start (from its
+    parsed `envelope` when there is one), or, when the tool already ran, goes on from
+    `failed` (its first attempt's error) or sends `reply`."""
 
+    envelope: Envelope | None = None
     failed: AdapterError | None = None
     reply: Reply | None = None
 
@@ -58,16 +62,18 @@ class _Batch:
 
 
 class InlineCalls:
-    """The lane: offer a call; flush at the end of each fetch.
+    """The lane: offer a call; flush at the end of each fetch; drain before a rebalance.
 
-    `redo(message)` hands a call whose reply never became durable to the scheduled path.
+    `ack(messages)` acks calls whose replies the broker acked; `redo(message)` hands a call
+    whose reply never became durable to the scheduled path. Taken calls are not tracked as
+    Faust's unacked messages (a weak set, costly per record): `drain` stands in for that.
     """
 
     def __init__(
         self,
         ctx: FlowContext,
         producer: Any,
-        ack: Callable[[Any], Any],
+        ack: Callable[[list[Any]], Any],
         redo: Callable[[Any], Any],
     ) -> None:
         self._ctx = ctx
@@ -82,6 +88,9 @@ class InlineCalls:
         self._keys: set[Hashable] = set()
         self._partitions = 0
         self._crash_armed = faults.armed(faults.CALL_REPLIED)
+        self._held = 0  # calls taken and not yet acked or handed on
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     async def start(self) -> None:
         """Learn the replies topic's partition count (once; the lane's partitioner needs it)."""
@@ -93,18 +102,17 @@ class InlineCalls:
         """True when a reply of key waits in an unsent batch (send it before the key's next)."""
         return key in self._keys
 
-    def offer(self, message: Any, delivery: Delivery, key: Hashable) -> Handoff | None:
+    def offer(self, message: Any, key: Hashable) -> Handoff | None:
         """Run the call if it can be run here; None when done, else what to hand on."""
         ctx = self._ctx
+        message_id = f"{message.topic}:{message.partition}:{message.offset}"
         try:
-            envelope = parse_envelope(
-                delivery.value, message_id=delivery.message_id, source=self._source
-            )
+            envelope = parse_envelope(message.value, message_id=message_id, source=self._source)
         except AdapterError:
             return NOT_INLINE
         tool = self._tool(envelope.tool) if envelope.approval_id is None else None
         if tool is None:
-            return NOT_INLINE
+            return Handoff(envelope=envelope)
         started = time.perf_counter()
         step = ctx.executor.run_tool(
             tool, envelope.arguments, run_id=envelope.run_id, call_id=envelope.call_id
@@ -114,19 +122,21 @@ class InlineCalls:
         except StopIteration as done:
             result = done.value
         except AdapterError as exc:
-            return Handoff(failed=exc)
+            return Handoff(envelope=envelope, failed=exc)
         else:  # never_waits says this cannot happen; run it again where waiting is allowed
             step.close()
             logs.event(logs.ERROR, "inline tool waited", tool=tool.name)
-            return NOT_INLINE
+            return Handoff(envelope=envelope)
         if ctx.metrics is not None:
             ctx.metrics.observe(tool.name, time.perf_counter() - started)
         reply = ok_reply(tool.name, envelope.run_id, envelope.call_id, result)
         value = orjson.dumps(reply)
         if len(value) > MAX_INLINE_REPLY_BYTES:
             return Handoff(reply=reply)
-        self._append(message, envelope.run_id.encode(), value, delivery.message_id, tool.name)
+        self._append(message, envelope.run_id.encode(), value, message_id, tool.name)
         self._keys.add(key)
+        self._held += 1
+        self._idle.clear()
         return None
 
     def _tool(self, name: str | None) -> Tool | None:
@@ -181,6 +191,15 @@ class InlineCalls:
                 continue
             sent.add_done_callback(lambda fut, batch=batch: self._sent(batch, fut))
 
+    async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """Send what is held and wait, at most timeout_s, until every call taken is acked or
+        handed on (a rebalance or shutdown; what is left is simply not committed)."""
+        await self.flush()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            logs.event(logs.WARNING, "inline calls not acked in time", pending=self._held)
+
     def _sent(self, batch: _Batch, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             self._failed(batch, fut.exception() if not fut.cancelled() else None)
@@ -189,21 +208,31 @@ class InlineCalls:
         if metrics is not None:
             for tool, count in batch.tools.items():
                 metrics.replied(tool, "ok", count)
-        for message in batch.messages:
-            if self._crash_armed:
+        acked = batch.messages
+        if self._crash_armed:
+            acked = []
+            for message in batch.messages:
                 try:
                     faults.crash_point(faults.CALL_REPLIED)
                 except faults.InjectedFault as exc:
                     _retrying(exc, message)
                     self._redo(message)
                     continue
-            self._ack(message)
+                acked.append(message)
+        self._ack(acked)
+        self._release(len(batch.messages))
 
     def _failed(self, batch: _Batch, exc: BaseException | None) -> None:
         """A batch that never became durable: its calls go again on the scheduled path."""
         for message in batch.messages:
             _retrying(exc, message)
             self._redo(message)
+        self._release(len(batch.messages))
+
+    def _release(self, count: int) -> None:
+        self._held -= count
+        if not self._held:
+            self._idle.set()
 
 
 def _retrying(exc: BaseException | None, message: Any) -> None:

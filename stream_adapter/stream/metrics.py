@@ -52,6 +52,8 @@ class Metrics:
         self.in_flight = Gauge(
             "stream_adapter_calls_in_flight", "Tool runs in progress now.", registry=r
         )
+        self._running = 0  # read at scrape time: a gauge's lock cost more than the call
+        self.in_flight.set_function(lambda: self._running)
         self.retries = Counter(
             "stream_adapter_retries",
             "Retries of retryable failures, by tool.",
@@ -91,12 +93,12 @@ class Metrics:
 
     def started(self) -> float:
         """A tool run begins: one more in flight; returns the start time for `finished`."""
-        self.in_flight.inc()
+        self._running += 1
         return time.perf_counter()
 
     def finished(self, tool: str, started: float) -> None:
         """A tool run ended (any outcome): one fewer in flight, its latency observed."""
-        self.in_flight.dec()
+        self._running -= 1
         self.observe(tool, time.perf_counter() - started)
 
     def observe(self, tool: str, seconds: float) -> None:

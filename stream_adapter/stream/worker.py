@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 from typing import Any
@@ -47,4 +48,20 @@ def run_worker(settings: Settings) -> None:
     # reader would choke on them); a service logs "Ready" instead.
     worker.spinner = None
     configure_logging(settings.log_level, settings.log_format)
+    _tune_gc()
     worker.execute_from_commandline()
+
+
+GC_THRESHOLDS = (20_000, 50, 100)
+"""Collector thresholds for a worker (CPython's are 700, 10, 10)."""
+
+
+def _tune_gc() -> None:
+    """Collect cycles less often, and never scan what start-up built.
+
+    Thousands of live tasks and futures with CPython's defaults made the collector run every
+    few calls and walk everything: scheduled calls cost about 1.5 times as much CPU.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
