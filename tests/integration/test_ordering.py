@@ -12,31 +12,37 @@ async def test_slow_key_does_not_delay_other_keys_and_keeps_its_order(
     worker: WorkerProcess, client: Client
 ) -> None:
     # Same partition on purpose: only the per-key scheduling keeps B from waiting on A.
+    # Key A's calls share a run_id, so their replies share a reply partition, whose order is
+    # the order they were written (replies on different partitions may arrive in any order).
+    run_a = unique("run")
     started = time.monotonic()
-    p, o = await client.send(
-        {"tool": "sleep", "arguments": {"seconds": 1.5}}, key=b"A", partition=0
+    a_calls = [unique("call") for _ in range(4)]
+    await client.send(
+        {"tool": "sleep", "arguments": {"seconds": 1.5}, "run_id": run_a, "call_id": a_calls[0]},
+        key=b"A",
+        partition=0,
     )
-    slow = client.sent(p, o)
-    a_after = [
-        client.sent(
-            *await client.send({"tool": "echo", "arguments": {"n": n}}, key=b"A", partition=0)
+    for n, call_id in enumerate(a_calls[1:]):
+        await client.send(
+            {"tool": "echo", "arguments": {"n": n}, "run_id": run_a, "call_id": call_id},
+            key=b"A",
+            partition=0,
         )
-        for n in range(3)
-    ]
     p, o = await client.send({"tool": "echo", "arguments": {"b": 1}}, key=b"B", partition=0)
     other = client.sent(p, o)
 
     await client.reply_for(run_id=other.run_id)
     b_latency_s = time.monotonic() - started
     await client.wait_replies(
-        lambda rs: all(client.replies_for(run_id=s.run_id) for s in a_after),
+        lambda rs: len(client.replies_for(run_id=run_a)) >= len(a_calls),
         timeout_s=30,
         what="key A's replies",
     )
     order = [r["run_id"] for r in client.replies]
-    assert order.index(other.run_id) < order.index(slow.run_id), "B waited for A's sleep"
-    a_ids = [slow.run_id] + [s.run_id for s in a_after]
-    assert [rid for rid in order if rid in a_ids] == a_ids, "key A ran out of order"
+    assert order.index(other.run_id) < order.index(run_a), "B waited for A's sleep"
+    assert [r["call_id"] for r in client.replies_for(run_id=run_a)] == a_calls, (
+        "key A ran out of order"
+    )
     print(f"key B answered {b_latency_s * 1000:.0f} ms after key A's 1.5 s sleep was sent")
 
 
@@ -70,27 +76,27 @@ async def test_retrying_call_holds_back_only_its_own_key(
     # Backoff of 0.5 s, 1 s: key R waits about 1.5 s in retries; key S must not.
     worker = worker_factory(STREAM_ADAPTER_RETRY_BACKOFF_S="0.5")
     await worker.ready()
-    retrying = client.sent(
-        *await client.send(
-            {"tool": "flaky", "arguments": {"key": unique("r"), "fail_times": 2}},
-            key=b"R",
-            partition=2,
-        )
-    )
-    behind = client.sent(
-        *await client.send({"tool": "echo", "arguments": {}}, key=b"R", partition=2)
-    )
+    # R's two calls share a run_id, hence a reply partition, whose order is the write order.
+    run_r, calls_r = unique("run"), [unique("call"), unique("call")]
+    flaky = {"tool": "flaky", "arguments": {"key": unique("r"), "fail_times": 2}}
+    await client.send({**flaky, "run_id": run_r, "call_id": calls_r[0]}, key=b"R", partition=2)
+    behind = {"tool": "echo", "arguments": {}, "run_id": run_r, "call_id": calls_r[1]}
+    await client.send(behind, key=b"R", partition=2)
     other = client.sent(
         *await client.send({"tool": "echo", "arguments": {}}, key=b"S", partition=2)
     )
     await client.wait_replies(
-        lambda rs: all(client.replies_for(run_id=s.run_id) for s in (retrying, behind, other)),
+        lambda rs: (
+            len(client.replies_for(run_id=run_r)) >= 2
+            and bool(client.replies_for(run_id=other.run_id))
+        ),
         what="three replies",
     )
     order = [r["run_id"] for r in client.replies]
-    assert order.index(other.run_id) < order.index(retrying.run_id), "S waited for R's retries"
-    assert order.index(retrying.run_id) < order.index(behind.run_id), "R ran out of order"
-    assert client.replies_for(run_id=retrying.run_id)[0]["result"] == {"attempts": 3}
+    assert order.index(other.run_id) < order.index(run_r), "S waited for R's retries"
+    replies_r = client.replies_for(run_id=run_r)
+    assert [r["call_id"] for r in replies_r] == calls_r, "R ran out of order"
+    assert replies_r[0]["result"] == {"attempts": 3}
 
 
 async def test_max_in_flight_limits_running_tools(
