@@ -191,8 +191,9 @@ class _Lane:
         return self._inline
 
     async def flush(self) -> None:
+        """The end of a fetch round: send what can go without waiting."""
         if self._inline is not None:
-            await self._inline.flush()
+            await self._inline.flush(wait=False)
 
     async def drain(self) -> None:
         if self._inline is not None:

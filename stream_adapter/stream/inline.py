@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.structs import TopicPartition
 
 from stream_adapter import logs
 from stream_adapter.envelope import Envelope, parse_envelope
@@ -38,6 +39,8 @@ DRAIN_TIMEOUT_S = 30.0
 """Longest a rebalance or shutdown waits for the broker to ack held replies."""
 MAX_INLINE_REPLY_BYTES = 64 << 10
 """A larger reply takes the scheduled path, so one big reply never fails a whole batch."""
+TICK_S = 0.001
+"""How soon batches kept back at the end of a round are tried again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,9 @@ class InlineCalls:
         self._held = 0  # calls taken and not yet acked or handed on
         self._idle = asyncio.Event()
         self._idle.set()
+        self._flushing = asyncio.Lock()
+        self._tick: asyncio.TimerHandle | None = None
+        self._ticks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         """Learn the replies topic's partition count (once; the lane's partitioner needs it)."""
@@ -174,22 +180,57 @@ class InlineCalls:
             BATCH_BYTES, 0, is_transactional=False, key_serializer=None, value_serializer=None
         )
 
-    async def flush(self) -> None:
-        """Hand every batch to the producer; its calls are acked when the broker acks it."""
-        if not self._batches and not self._full:
-            return
-        ready = self._full + list(self._batches.items())
-        self._full, self._batches = [], {}
-        self._keys.clear()
-        for partition, batch in ready:
-            try:
-                sent = await self._producer.send_batch(
-                    batch.builder, self._topic, partition=partition
-                )
-            except Exception as exc:  # the producer refused it: these calls go again
-                self._failed(batch, exc)
-                continue
-            sent.add_done_callback(lambda fut, batch=batch: self._sent(batch, fut))
+    async def flush(self, *, wait: bool = True) -> None:
+        """Hand batches to the producer; their calls are acked when the broker acks them.
+
+        wait=False (the end of a fetch round) keeps a partition's batches while the producer
+        still has an unsent batch of that partition, rather than wait for it to go: they fill
+        on and go at a later round or tick. A fetch round then never waits on the broker.
+        """
+        async with self._flushing:  # one flush at a time keeps each partition's order
+            if not self._batches and not self._full:
+                return
+            ready = self._full + list(self._batches.items())
+            self._full, self._batches = [], {}
+            busy: set[int] = set()
+            if not wait:
+                unsent = self._producer._message_accumulator._batches
+                busy = {p for p, _ in ready if unsent.get(TopicPartition(self._topic, p))}
+            for partition, batch in ready:
+                if partition in busy:
+                    self._keep(partition, batch)
+                    continue
+                try:
+                    sent = await self._producer.send_batch(
+                        batch.builder, self._topic, partition=partition
+                    )
+                except Exception as exc:  # the producer refused it: these calls go again
+                    self._failed(batch, exc)
+                    continue
+                sent.add_done_callback(lambda fut, batch=batch: self._sent(batch, fut))
+            if busy:
+                self._tick_soon()
+            else:
+                self._keys.clear()
+
+    def _keep(self, partition: int, batch: _Batch) -> None:
+        """Put an unsent batch back, behind any still kept for its partition."""
+        current = self._batches.get(partition)
+        if current is None:
+            self._batches[partition] = batch
+        else:  # batch is older than the open one (full ones come first in `ready`)
+            self._full.append((partition, batch))
+
+    def _tick_soon(self) -> None:
+        if self._tick is None:
+            self._tick = asyncio.get_running_loop().call_later(TICK_S, self._on_tick)
+
+    def _on_tick(self) -> None:
+        self._tick = None
+        if self._batches or self._full:
+            task = asyncio.ensure_future(self.flush(wait=False))
+            self._ticks.add(task)
+            task.add_done_callback(self._ticks.discard)
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Send what is held and wait, at most timeout_s, until every call taken is acked or
