@@ -37,6 +37,13 @@ from stream_adapter.settings import Settings
     "--paced-s", type=float, default=5.0, show_default=True, help="Length of each latency run."
 )
 @click.option(
+    "--paced-fraction",
+    type=click.FloatRange(0.01, 1.0),
+    default=0.5,
+    show_default=True,
+    help="Latency runs produce at this fraction of the worker's measured throughput.",
+)
+@click.option(
     "--own-broker/--configured-broker",
     default=True,
     show_default=True,
@@ -50,6 +57,7 @@ def bench(
     out: Path,
     skip: tuple[str, ...],
     paced_s: float,
+    paced_fraction: float,
     own_broker: bool,
 ) -> None:
     """Measure the worker side by side with an aiokafka loop and a Quix Streams app."""
@@ -76,6 +84,7 @@ def bench(
                 out=out,
                 skip=frozenset(skip),
                 paced_s=paced_s,
+                paced_fraction=paced_fraction,
             )
             results = asyncio.run(run_bench(cfg, say=click.echo))
         finally:
