@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -78,10 +79,32 @@ class BrokerStatus:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing uses right now, below the ephemeral range.
+
+    A port the kernel hands out for bind(0) can be handed out again moments later as the
+    source port of some client's connection, and a broker can then not bind it (CI saw it).
+    """
+    low = _ephemeral_low()
+    candidates = list(range(max(1024, low - 12_000), low))
+    random.shuffle(candidates)
+    for port in candidates[:200]:
+        if port not in _handed_out and not _port_taken(port):
+            _handed_out.add(port)
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+_handed_out: set[int] = set()  # two calls in a row must not pick the same port
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (32768 when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def ensure_jars(config: BrokerConfig) -> Path:
@@ -254,9 +277,13 @@ def _format(config: BrokerConfig, java: str, classpath: str, props: Path) -> Non
 
 
 def _cluster_id() -> str:
+    """A random cluster id (URL-safe base64 of a UUID) that does not read as an option."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):  # the storage tool took "-t -abc…" for two options
+            return cluster_id
 
 
 def start(config: BrokerConfig, *, timeout_s: float = 90.0) -> str:

@@ -1,0 +1,19 @@
+"""The local broker's port and cluster-id choices (no broker needed)."""
+
+from __future__ import annotations
+
+from stream_adapter.broker import local
+
+
+def test_free_ports_avoid_the_ephemeral_range_and_each_other() -> None:
+    low = local._ephemeral_low()
+    ports = [local.free_port() for _ in range(20)]
+    assert len(set(ports)) == len(ports)
+    assert all(1024 <= p < low for p in ports)
+
+
+def test_cluster_ids_never_read_as_an_option() -> None:
+    ids = {local._cluster_id() for _ in range(3000)}
+    assert len(ids) == 3000
+    assert not any(i.startswith("-") for i in ids)
+    assert all(len(i) == 22 for i in ids)
