@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from aiokafka.errors import IllegalOperation
+from faust.types import TP
 
 from stream_adapter.errors import AdapterError
 from stream_adapter.replies import Reply
@@ -152,9 +154,22 @@ class Outputs:
             await section.open()  # no commit between here and this message's ack
         group = self._app.assignor.group_for_topic(source.topic)
         transactional_id = f"{self._app.conf.id}-{group}-{source.partition}"
-        pending = await self._app.producer.send(
-            topic, key, value, partition, None, headers, transactional_id=transactional_id
-        )
+        producer = self._app.producer
+        try:
+            pending = await producer.send(
+                topic, key, value, partition, None, headers, transactional_id=transactional_id
+            )
+        except IllegalOperation:
+            # Faust logs and swallows a failed begin_transaction (after a rebalance or a broker
+            # restart), leaving the partition's producer outside any transaction: every send
+            # fails until a restart. Begin it, if the partition is still ours, and try again
+            # once; a stale job must not start a producer that fences the new owner's.
+            if TP(source.topic, source.partition) not in self._app.consumer.assignment():
+                raise
+            await producer.begin_transaction(transactional_id)
+            pending = await producer.send(
+                topic, key, value, partition, None, headers, transactional_id=transactional_id
+            )
         await pending
 
     async def outside_transaction(
