@@ -18,7 +18,7 @@ from stream_adapter.chaos.harness import BrokerControl
 from stream_adapter.chaos.scenario import ChaosOptions, run_chaos
 from tests.harness import ROOT
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = pytest.mark.timeout(600)  # the exactly-once run may take its 480 s
 
 
 @pytest.fixture(scope="module")
