@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import urllib.request
 from collections.abc import Callable
 
 from tests.harness import Client, WorkerProcess, unique, wait_for, wait_lag_zero
@@ -51,7 +54,15 @@ async def test_sigterm_finishes_in_flight_calls_commits_and_leaves(
     await first.ready()
     marker = await client.call("echo", {"m": 1}, key=b"T")
     slow = await client.call("sleep", {"seconds": 1.5}, key=b"T")
-    await client.reply_for(run_id=marker.run_id)  # the sleep is running now
+    await client.reply_for(run_id=marker.run_id)
+    # The marker's reply can come before the sleep is even fetched (inline replies are fast):
+    # wait until the worker reports a tool running.
+    await wait_for(
+        lambda: asyncio.to_thread(_tools_running, first),
+        timeout_s=30,
+        what="the sleep call to be running",
+        interval_s=0.05,
+    )
     assert first.terminate(timeout_s=60) == 0
     await client.wait_replies(
         lambda rs: bool(client.replies_for(run_id=slow.run_id)), what="the in-flight call's reply"
@@ -65,3 +76,12 @@ async def test_sigterm_finishes_in_flight_calls_commits_and_leaves(
     replies = client.replies_for(run_id=slow.run_id)
     assert len(replies) == 1, "the in-flight call was neither finished once nor handed back"
     assert replies[0]["status"] == "ok"
+
+
+def _tools_running(worker: WorkerProcess) -> bool:
+    """True when the worker's metrics show a tool running now."""
+    url = f"http://127.0.0.1:{worker.settings.web_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    found = re.search(r"^stream_adapter_calls_in_flight (\S+)$", text, re.MULTILINE)
+    return found is not None and float(found.group(1)) >= 1
