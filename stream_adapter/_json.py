@@ -1,11 +1,12 @@
 """Strict JSON in and out: orjson on the fast path, exact checks only when a cheap test fails.
 
-orjson rejects invalid UTF-8, NaN/Infinity and nesting past 1024, but keeps the last of
-duplicate keys and turns integers beyond 64 bits into floats. Both are caught without a
-second parse in the common case: every key/value pair puts one ``:`` in the text, so when
-the colons in the raw bytes equal the parsed keys plus the colons inside parsed strings
-(and no ``\\u`` escape could hide a colon) no pair was dropped. Otherwise, or when a float
-is large enough to have been a huge integer, the stdlib parser re-checks exactly.
+orjson rejects invalid UTF-8 and NaN/Infinity, but keeps the last of duplicate keys, turns
+integers beyond 64 bits into floats and nests to 1024. All three are ruled out by counting
+bytes in C in the common case: at most MAX_DEPTH brackets cannot nest deeper; an integer out
+of range has at least 19 digits in a row; and every key/value pair puts one ``:`` in the text,
+as in orjson's re-encoding of the decoded value, so equal colon counts (with no ``\\u`` escape
+that could hide a colon) mean no pair was dropped. Otherwise a walk of the value and the
+stdlib parser re-check exactly.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ MAX_DEPTH = 128
 _INT_MIN = -(1 << 63)
 _INT_MAX = (1 << 64) - 1
 _BIG_FLOAT = float(1 << 63)
+_FOLD = bytes.maketrans(b"123456789{", b"000000000[")
+"""Digits to 0 and braces to brackets, so one count and one search test depth and length."""
+_LONG_RUN = b"0" * 19
 
 
 class JSONError(ValueError):
@@ -111,6 +115,19 @@ def loads(data: bytes | str, max_bytes: int) -> Any:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise JSONError("payload is not valid JSON") from None
+    folded = data.translate(_FOLD)
+    if (
+        folded.count(b"[") > MAX_DEPTH
+        or _LONG_RUN in folded
+        or b"\\u" in data
+        or data.count(b":") != orjson.dumps(value).count(b":")
+    ):
+        _check_exactly(data, value)
+    return value
+
+
+def _check_exactly(data: bytes, value: Any) -> None:
+    """The slow path of loads: walk the value, and re-parse with the stdlib if still unsure."""
     keys, colons, huge = _scan(value, 0)
     if huge or b"\\u" in data or data.count(b":") != keys + colons:
         try:
@@ -124,7 +141,6 @@ def loads(data: bytes | str, max_bytes: int) -> Any:
             raise
         except (ValueError, RecursionError):
             raise JSONError("payload is not valid JSON") from None
-    return value
 
 
 def dumps(value: Any) -> bytes:
