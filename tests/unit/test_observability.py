@@ -47,6 +47,23 @@ def test_run_bookkeeping_and_decision_wait() -> None:
     assert _value(metrics, f"{wait}_count", tool="send_invoice", verdict="denied") is None
 
 
+def test_call_seconds_buckets_count_each_run_once_at_or_below_its_bound() -> None:
+    metrics = Metrics(["echo"])
+    for seconds in (0.0005, 0.001, 0.0011, 60.0, 61.0):
+        metrics.observe("echo", seconds)
+    metrics.observe("made-up", 0.2)
+
+    def bucket(le: str, tool: str = "echo") -> float | None:
+        return _value(metrics, "stream_adapter_call_seconds_bucket", tool=tool, le=le)
+
+    assert (bucket("0.001"), bucket("0.005"), bucket("60.0"), bucket("+Inf")) == (2, 3, 4, 5)
+    assert _value(metrics, "stream_adapter_call_seconds_count", tool="echo") == 5
+    assert _value(metrics, "stream_adapter_call_seconds_sum", tool="echo") == pytest.approx(
+        121.0026
+    )
+    assert bucket("0.1", UNKNOWN_TOOL) == 0 and bucket("0.25", UNKNOWN_TOOL) == 1
+
+
 def test_count_pending_reads_the_state_field_only() -> None:
     records = [
         orjson.dumps({"state": "pending", "arguments": {}}),
