@@ -11,7 +11,7 @@ shutdown wait for them, `stream_wait_empty`), acked through the consumer when do
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, cast
 
 import faust
@@ -75,30 +75,16 @@ class FastConsumer(faust_aiokafka.Consumer):
 
     async def _drain_messages(self, fetcher: Any) -> None:
         """Fetch and dispatch records until the consumer or the fetcher stops."""
-        read_offset = self._read_offset
-        acks_enabled_for = self.app.topics.acks_enabled_for
-        handlers = self.handlers
-        slow = self.callback
         try:
             while not (self.should_stop or fetcher.should_stop):
-                await asyncio.sleep(0)  # getmany may return at once, over and over
-                async for tp, message in self.getmany(timeout=1.0):
-                    if self.should_stop:
-                        break
-                    offset = message.offset
-                    last = read_offset[tp]
-                    if last is not None and offset < last:
-                        continue  # seen before a seek; Faust drops these too
-                    if last and offset - last > 1 and acks_enabled_for(message.topic):
-                        # Offsets never delivered (transaction markers, compaction) must
-                        # not hold the committed offset back.
-                        await self._add_gap(tp, last + 1, offset)
-                    handler = handlers.get(message.topic)
-                    if handler is not None:
-                        await handler(message)  # it tracks what it does not ack at once
-                    else:
-                        await self.wait_first(slow(message), self.suspend_flow.wait())
-                    read_offset[tp] = offset
+                await asyncio.sleep(0)  # a fetch may return at once, over and over
+                records, active = await self._wait_next_records(1.0)
+                if records is None or self.should_stop:
+                    continue
+                if not self.flow_active:
+                    await self._seek_back()
+                    continue
+                await self._dispatch(records, active)
                 for flush in self.flushes:
                     await flush()
         except self.consumer_stopped_errors:
@@ -107,6 +93,54 @@ class FastConsumer(faust_aiokafka.Consumer):
         except asyncio.CancelledError:
             if not self.transport.app.should_stop:
                 raise
+
+    async def _dispatch(self, records: Mapping[Any, list[Any]], active: set[Any] | None) -> None:
+        """Hand one fetch's records on, partition by partition, until the flow stops.
+
+        Faust's getmany does the same, but interleaves partitions record by record and asks
+        the consumer thread for each record's highwater: per record, a fifth of a fast call.
+        """
+        read_offset = self._read_offset
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        handlers = self.handlers
+        slow = self.callback
+        to_message = self._to_message
+        app = self.app
+        generation_id = app.consumer_generation_id
+        buffered = self._buffered_partitions
+        for tp, batch in records.items():
+            if active is not None and tp not in active and tp not in buffered:
+                continue
+            app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+            for record in batch:
+                if (
+                    self.should_stop
+                    or not self.flow_active
+                    or app.consumer_generation_id != generation_id
+                ):
+                    return  # a rebalance or stop: the rest is fetched again from commits
+                message = to_message(tp, record)
+                offset = message.offset
+                last = read_offset[tp]
+                if last is not None and offset < last:
+                    continue  # seen before a seek; Faust drops these too
+                if last and offset - last > 1 and acks_enabled_for(message.topic):
+                    # Offsets never delivered (transaction markers, compaction) must
+                    # not hold the committed offset back.
+                    await self._add_gap(tp, last + 1, offset)
+                handler = handlers.get(message.topic)
+                if handler is not None:
+                    await handler(message)  # it tracks what it does not ack at once
+                else:
+                    await self.wait_first(slow(message), self.suspend_flow.wait())
+                read_offset[tp] = offset
+
+    async def _seek_back(self) -> None:
+        """Fetched while the flow was stopped: go back to the committed offsets (as Faust)."""
+        try:
+            await self.perform_seek()
+        except Exception as exc:
+            self.log.warning("exception performing seek when flow not active %r", exc)
 
     async def commit(self, *args: Any, **kwargs: Any) -> bool:
         """Faust's commit, held while a job is between its first transactional send and its
