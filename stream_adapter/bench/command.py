@@ -44,6 +44,13 @@ from stream_adapter.settings import Settings
     help="Latency runs produce at this fraction of the worker's measured throughput.",
 )
 @click.option(
+    "--warm-paced-s",
+    type=float,
+    default=20.0,
+    show_default=True,
+    help="Paced part of the uncounted warm-up, so the broker is warm for small requests too.",
+)
+@click.option(
     "--own-broker/--configured-broker",
     default=True,
     show_default=True,
@@ -58,6 +65,7 @@ def bench(
     skip: tuple[str, ...],
     paced_s: float,
     paced_fraction: float,
+    warm_paced_s: float,
     own_broker: bool,
 ) -> None:
     """Measure the worker side by side with an aiokafka loop and a Quix Streams app."""
@@ -85,6 +93,7 @@ def bench(
                 skip=frozenset(skip),
                 paced_s=paced_s,
                 paced_fraction=paced_fraction,
+                warm_paced_s=warm_paced_s,
             )
             results = asyncio.run(run_bench(cfg, say=click.echo))
         finally:

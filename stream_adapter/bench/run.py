@@ -36,6 +36,7 @@ class BenchConfig:
     skip: frozenset[str] = frozenset()
     paced_s: float = 5.0
     paced_fraction: float = 0.5
+    warm_paced_s: float = 20.0
     sleep_calls_per_slot: int = 40
 
 
@@ -93,11 +94,18 @@ async def run_bench(cfg: BenchConfig, say: Callable[[str], None] = print) -> lis
         results.append(result)
         return result
 
-    # A fresh broker's JVM is cold: the first contender would pay for its warm-up.
+    # A fresh broker's JVM is cold, for a backlog's big requests and for the paced phase's
+    # small ones alike: the first contender would pay for its warm-up.
     warm = _module(cfg, "warm-up", run_id, "stream_adapter.bench.baseline")
     await create_topics(cfg.bootstrap, [warm.calls_topic, warm.replies_topic], cfg.partitions)
-    say(f"warming the broker up ({len(echo)} calls through the aiokafka loop, not counted)")
-    await measure(warm, cfg.bootstrap, echo, paced_rate=None)
+    say(f"warming the broker up (the aiokafka loop, a backlog and {cfg.warm_paced_s:.0f} s paced)")
+    await measure(
+        warm,
+        cfg.bootstrap,
+        echo,
+        paced_rate=lambda r: r * cfg.paced_fraction,
+        paced_s=cfg.warm_paced_s,
+    )
     worker = await one(
         _worker(cfg, "worker", run_id), echo, paced_rate=lambda r: r * cfg.paced_fraction
     )

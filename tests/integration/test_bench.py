@@ -21,6 +21,7 @@ async def test_small_bench_runs_every_contender(kafka_bootstrap: str, tmp_path: 
         out=tmp_path,
         skip=frozenset({"eos"}),
         paced_s=1.0,
+        warm_paced_s=0.5,
         sleep_calls_per_slot=2,
     )
     results = await run_bench(cfg, say=lambda _: None)
