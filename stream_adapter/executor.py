@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from stream_adapter import logs
-from stream_adapter._json import JSONError, check_value
+from stream_adapter._json import MAX_DEPTH, JSONError, check_value
 from stream_adapter.errors import AdapterError, ToolFailed, ToolNotFound, ToolTimeout
 from stream_adapter.tools import CallContext, Tool, ToolRegistry, _current
 
@@ -76,12 +76,6 @@ class Executor:
         ctx = CallContext(tool.name, run_id, call_id, approval_id)
         if tool.context_param is not None:
             kwargs[tool.context_param] = ctx
-        ids: dict[str, Any] = {
-            "tool": tool.name,
-            "run_id": run_id,
-            "call_id": call_id,
-            "approval_id": approval_id,
-        }
         token = _current.set(ctx)
         try:
             if tool.timeout_s is None and tool.is_async:
@@ -93,6 +87,7 @@ class Executor:
                     else:
                         result = await self._in_thread(tool, kwargs)
         except TimeoutError:
+            ids = _ids(tool, run_id, call_id, approval_id)
             logs.event(logs.WARNING, "tool timed out", error_kind=ToolTimeout.kind, **ids)
             raise ToolTimeout(
                 f"tool {tool.name!r} ran past its {tool.timeout_s} s timeout", **ids
@@ -103,6 +98,7 @@ class Executor:
             raise
         except Exception as exc:
             retryable = isinstance(exc, tool.retry_on)
+            ids = _ids(tool, run_id, call_id, approval_id)
             logs.event(logs.WARNING, "tool raised", error_kind=ToolFailed.kind, **ids)
             logs.event(logs.DEBUG, "tool exception", exc_type=type(exc).__name__, **ids)
             failed = ToolFailed(
@@ -112,7 +108,12 @@ class Executor:
             raise failed from None
         finally:
             _current.reset(token)
-        return _checked(result, tool, ids)
+        refused = _refused(result)
+        if refused is not None:
+            ids = _ids(tool, run_id, call_id, approval_id)
+            logs.event(logs.WARNING, "tool result refused", error_kind=ToolFailed.kind, **ids)
+            raise ToolFailed(f"tool {tool.name!r} returned {refused}", **ids)
+        return result
 
     async def _in_thread(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
         """Run a sync tool on the pool; past the timeout its result is discarded."""
@@ -128,23 +129,40 @@ class Executor:
             self._pool = None
 
 
-def _checked(result: Any, tool: Tool, ids: dict[str, Any]) -> Any:
+def _ids(tool: Tool, run_id: str, call_id: str, approval_id: str | None) -> dict[str, Any]:
+    return {"tool": tool.name, "run_id": run_id, "call_id": call_id, "approval_id": approval_id}
+
+
+_STRICT = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def _refused(result: Any) -> str | None:
+    """Why result cannot be a reply's result, or None: it must be JSON (within MAX_DEPTH)
+    that round-trips unchanged, or pass the exact walk, and encode to MAX_RESULT_BYTES at most.
+
+    The round trip is the fast test, and it gives the size: orjson refuses dataclasses,
+    datetimes, sets, bytes, huge integers and non-string keys, and anything it converts
+    (NaN to null, a UUID or a plain enum to a string) comes back unequal. Subclasses of int
+    and str (IntEnum, StrEnum) come back equal: they are accepted as what they encode to.
+    Only a value failing the test (a tuple, say) is walked, which also says what is wrong.
+    """
     try:
-        check_value(result)
-        size = len(orjson.dumps(result)) if _maybe_large(result) else 0
-    except (JSONError, orjson.JSONEncodeError) as exc:
-        logs.event(logs.WARNING, "tool result not JSON-safe", error_kind=ToolFailed.kind, **ids)
-        raise ToolFailed(
-            f"tool {tool.name!r} returned a non-JSON-safe result: {exc}", **ids
-        ) from None
-    if size > MAX_RESULT_BYTES:
-        logs.event(logs.WARNING, "tool result too large", error_kind=ToolFailed.kind, **ids)
-        raise ToolFailed(f"tool {tool.name!r} returned more than {MAX_RESULT_BYTES} bytes", **ids)
-    return result
+        encoded: bytes | None = orjson.dumps(result, option=_STRICT)
+    except orjson.JSONEncodeError:
+        encoded = None
+    if (
+        encoded is None
+        or encoded.count(b"[") + encoded.count(b"{") > MAX_DEPTH
+        or orjson.loads(encoded) != result
+    ):
+        try:
+            check_value(result)
+        except JSONError as exc:
+            return f"a non-JSON-safe result: {exc}"
+        encoded = orjson.dumps(result)
+    return _too_large(len(encoded))
 
 
-def _maybe_large(result: Any) -> bool:
-    """Skip encoding for scalars and small containers; they cannot reach the cap."""
-    if isinstance(result, str):
-        return len(result) * 6 + 2 > MAX_RESULT_BYTES  # \\uXXXX escapes at worst
-    return isinstance(result, dict | list | tuple)
+def _too_large(size: int) -> str | None:
+    return f"more than {MAX_RESULT_BYTES} bytes" if size > MAX_RESULT_BYTES else None
+

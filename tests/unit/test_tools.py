@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import threading
-from datetime import datetime
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,6 +23,7 @@ from stream_adapter import (
     ToolUsageError,
     current_call,
 )
+from stream_adapter._json import MAX_DEPTH
 from stream_adapter.executor import MAX_RESULT_BYTES
 
 release = threading.Event()
@@ -56,14 +60,28 @@ def build() -> Executor:
 
     @reg.tool
     def ret(kind: str) -> Any:
+        nested: Any = []
+        for _ in range(MAX_DEPTH + 1):
+            nested = [nested]
         return {
             "nan": float("nan"),
             "set": {1},
             "big": "x" * MAX_RESULT_BYTES,
+            "big-in-dict": {"x": "x" * MAX_RESULT_BYTES},
             "bigint": 1 << 70,
             "keys": {1: 2},
             "deep": [[[[[]]]]],
+            "too-deep": {"a": nested},
             "bytes": b"x",
+            "nan-in-dict": {"a": [1, float("inf")]},
+            "uuid": {"id": uuid.UUID(int=1)},
+            "enum": [_Color.RED],
+            "int-enum": {"n": _Level.HIGH},
+            "str-subclass": [_Tag("x")],
+            "datetime": {"at": datetime(2026, 1, 1, tzinfo=UTC)},
+            "dataclass": {"p": _Point(1, 2)},
+            "tuple-in-dict": {"t": (1, "a", None)},
+            "plain": {"a": [1, 2.5, True, None, "s:t"], "b": {"c": -(1 << 63)}},
         }[kind]
 
     @reg.tool
@@ -160,10 +178,33 @@ async def test_a_tools_own_adapter_error_passes_through(ex: Executor) -> None:
     assert (info.value.status, info.value.retryable, info.value.call_id) == (503, True, "c")
 
 
-@pytest.mark.parametrize("kind", ["nan", "set", "big", "bigint", "keys", "bytes"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "nan",
+        "set",
+        "big",
+        "big-in-dict",
+        "bigint",
+        "keys",
+        "too-deep",
+        "bytes",
+        "nan-in-dict",
+        "uuid",
+        "enum",
+        "datetime",
+        "dataclass",
+    ],
+)
 async def test_results_must_be_json_safe_and_small(ex: Executor, kind: str) -> None:
     with pytest.raises(ToolFailed):
         await run(ex, "ret", {"kind": kind})
+
+
+@pytest.mark.parametrize("kind", ["deep", "tuple-in-dict", "plain", "int-enum", "str-subclass"])
+async def test_plain_json_results_pass_unchanged(ex: Executor, kind: str) -> None:
+    expected = ex.registry.get("ret").fn(kind)
+    assert await run(ex, "ret", {"kind": kind}) == expected
 
 
 async def test_call_context_reaches_sync_and_async_tools(ex: Executor) -> None:
@@ -171,6 +212,24 @@ async def test_call_context_reaches_sync_and_async_tools(ex: Executor) -> None:
     assert await run(ex, "who_sync") == "c"
     with pytest.raises(LookupError):
         current_call()
+
+
+class _Color(enum.Enum):
+    RED = "red"
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+class _Tag(str):
+    pass
+
+
+@dataclass
+class _Point:
+    x: int
+    y: int
 
 
 def test_registry() -> None:
