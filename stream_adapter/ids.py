@@ -13,6 +13,9 @@ _PERSON = b"stream-adapter"
 
 def _encoded(parts: tuple[str, ...]) -> bytes:
     """The injective length-prefixed encoding of parts, so ("a:b","c") != ("a","b:c")."""
+    if len(parts) == 1:
+        data = parts[0].encode("utf-8", "surrogatepass")
+        return b"%d:%s" % (len(data), data)
     out = []
     for part in parts:
         data = part.encode("utf-8", "surrogatepass")
@@ -34,10 +37,16 @@ def _digest(*parts: str) -> str:
 
 
 def derive_ids(message_id: str, source: str) -> tuple[str, str]:
-    """(run_id, call_id) derived from a delivery id, namespaced by its source."""
-    return "run_" + _digest("run", source, message_id), "call_" + _digest(
-        "call", source, message_id
-    )
+    """(run_id, call_id) derived from a delivery id, namespaced by its source.
+
+    The same two digests as _digest("run"/"call", source, message_id), with the message id
+    encoded once: this runs for every call that names no ids.
+    """
+    tail = _encoded((message_id,))
+    run, call = _hasher("run", source).copy(), _hasher("call", source).copy()
+    run.update(tail)
+    call.update(tail)
+    return "run_" + run.hexdigest(), "call_" + call.hexdigest()
 
 
 def derive_call_id(run_id: str, message_id: str, source: str) -> str:

@@ -279,6 +279,18 @@ def test_ids_from_the_delivery_id() -> None:
     assert (env.message_id, env.source) == ("calls:0:7", "kafka")
 
 
+def test_derived_ids_never_change_between_versions() -> None:
+    # A message redelivered across an upgrade must name the same call (and approval) again.
+    assert derive_ids("calls:0:7", "kafka") == (
+        "run_7603eee193e920c4a43d2a3e5ea832a1",
+        "call_5822bb824ae2cc75f94680c07475a28f",
+    )
+    assert derive_ids("t:1:\u00fc\ud800", "s") == (
+        "run_eac4b31f4242a9e4bc1ee789bf7cff5a",
+        "call_1c8233e7715ee3d95086fd633644675a",
+    )
+
+
 def test_fresh_ids_without_a_delivery_id() -> None:
     a = parse_envelope(b'{"tool":"t","arguments":{}}')
     b = parse_envelope(b'{"tool":"t","arguments":{}}')
