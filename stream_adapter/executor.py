@@ -165,4 +165,3 @@ def _refused(result: Any) -> str | None:
 
 def _too_large(size: int) -> str | None:
     return f"more than {MAX_RESULT_BYTES} bytes" if size > MAX_RESULT_BYTES else None
-
