@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from stream_adapter._json import JSONError, check_value, loads
 from stream_adapter.errors import ToolUsageError
@@ -22,9 +21,12 @@ _CALL_KEYS = frozenset({"tool", "arguments", "run_id", "call_id"})
 _RESUME_KEYS = frozenset({"approval_id"})
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
-    """A parsed envelope: a call (tool set) or a resume (approval_id set)."""
+class Envelope(NamedTuple):
+    """A parsed envelope: a call (tool set) or a resume (approval_id set).
+
+    Immutable plain data like a frozen dataclass, but built in a third of the time (one
+    is built per message).
+    """
 
     tool: str | None
     arguments: Mapping[str, Any]

@@ -13,7 +13,7 @@ import typing
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, NamedTuple, TypeVar, overload
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -25,9 +25,12 @@ __all__ = ["CallContext", "Tool", "ToolRegistry", "current_call"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass(frozen=True, slots=True)
-class CallContext:
-    """Who is running: injected into a tool parameter annotated ``CallContext``."""
+class CallContext(NamedTuple):
+    """Who is running: injected into a tool parameter annotated ``CallContext``.
+
+    Immutable plain data (a NamedTuple: one is built per call, three times faster than a
+    frozen dataclass).
+    """
 
     tool: str
     run_id: str
