@@ -15,11 +15,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, cast
 
 import faust
+from aiokafka.errors import IllegalStateError
 from faust import streams as faust_streams
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
+from stream_adapter import logs
 from stream_adapter.stream.commit_gate import CommitGate
 
 Handler = Callable[[Any], Awaitable[None]]
@@ -82,6 +84,7 @@ class FastConsumer(faust_aiokafka.Consumer):
                 if records is None or self.should_stop:
                     continue
                 if not self.flow_active:
+                    await self._refetch({tp: rs[0].offset for tp, rs in records.items() if rs})
                     await self._seek_back()
                     continue
                 await self._dispatch(records, active)
@@ -99,6 +102,8 @@ class FastConsumer(faust_aiokafka.Consumer):
 
         Faust's getmany does the same, but interleaves partitions record by record and asks
         the consumer thread for each record's highwater: per record, a fifth of a fast call.
+        Records it leaves (a partition paused or revoked meanwhile, the flow stopped) are
+        fetched again (`_refetch`).
         """
         read_offset = self._read_offset
         acks_enabled_for = self.app.topics.acks_enabled_for
@@ -108,8 +113,10 @@ class FastConsumer(faust_aiokafka.Consumer):
         app = self.app
         generation_id = app.consumer_generation_id
         buffered = self._buffered_partitions
-        for tp, batch in records.items():
+        pending = list(records.items())
+        for index, (tp, batch) in enumerate(pending):
             if active is not None and tp not in active and tp not in buffered:
+                await self._refetch({tp: batch[0].offset})
                 continue
             app.monitor.track_tp_end_offset(tp, self.highwater(tp))
             for record in batch:
@@ -118,7 +125,10 @@ class FastConsumer(faust_aiokafka.Consumer):
                     or not self.flow_active
                     or app.consumer_generation_id != generation_id
                 ):
-                    return  # a rebalance or stop: the rest is fetched again from commits
+                    left = {tp: record.offset}
+                    left.update((later, rest[0].offset) for later, rest in pending[index + 1 :])
+                    await self._refetch(left)
+                    return
                 message = to_message(tp, record)
                 offset = message.offset
                 last = read_offset[tp]
@@ -134,6 +144,27 @@ class FastConsumer(faust_aiokafka.Consumer):
                 else:
                     await self.wait_first(slow(message), self.suspend_flow.wait())
                 read_offset[tp] = offset
+
+    async def _refetch(self, offsets: Mapping[Any, int]) -> None:
+        """Seek partitions back to records fetched but not handed on, so they come again.
+
+        The consumer's position is already past them, and Faust's seek to the committed
+        offsets after a rebalance moves it back only where there is a commit: in a partition
+        never committed (decisions for a killed worker's approvals, say) they were lost
+        until a restart. A partition no longer assigned needs nothing: its next owner
+        starts from its commit, or from the beginning.
+        """
+        assigned = self.assignment()
+        for tp, offset in offsets.items():
+            if tp not in assigned:
+                continue
+            try:
+                await self.seek(tp, offset)
+            except IllegalStateError:
+                continue  # revoked meanwhile
+            logs.event(
+                logs.INFO, "records to be fetched again", topic=tp.topic, partition=tp.partition
+            )
 
     async def _seek_back(self) -> None:
         """Fetched while the flow was stopped: go back to the committed offsets (as Faust)."""
