@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any, ClassVar, Self
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from stream_adapter.broker.local import free_port
 from stream_adapter.ids import derive_ids
@@ -136,6 +138,9 @@ class CliProcess:
         return int(self.proc.returncode)
 
 
+Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
 @dataclass
 class WorkerProcess(CliProcess):
     """`stream-adapter worker`: ready once it has joined its group and recovered its tables."""
@@ -146,6 +151,17 @@ class WorkerProcess(CliProcess):
     @property
     def ledger(self) -> Path:
         return self.workdir / "ledger.jsonl"
+
+    def metrics(self) -> Metrics:
+        """Every sample on the worker's /metrics now, by (name, sorted labels)."""
+        url = f"http://127.0.0.1:{self.settings.web_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
 
     def env(self) -> dict[str, str]:
         env = super().env()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-import urllib.request
 from collections.abc import Callable
 
 from tests.harness import Client, WorkerProcess, unique, wait_for, wait_lag_zero
@@ -80,8 +78,4 @@ async def test_sigterm_finishes_in_flight_calls_commits_and_leaves(
 
 def _tools_running(worker: WorkerProcess) -> bool:
     """True when the worker's metrics show a tool running now."""
-    url = f"http://127.0.0.1:{worker.settings.web_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    found = re.search(r"^stream_adapter_calls_in_flight (\S+)$", text, re.MULTILINE)
-    return found is not None and float(found.group(1)) >= 1
+    return worker.metrics().get(("stream_adapter_calls_in_flight", ()), 0.0) >= 1

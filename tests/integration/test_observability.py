@@ -4,14 +4,12 @@ carried from a call (and a decision) to its reply."""
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from typing import Any
 
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.harness import Client, WorkerProcess, unique, wait_for, wait_lag_zero
+from tests.harness import Client, Metrics, WorkerProcess, unique, wait_for, wait_lag_zero
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN = "00f067aa0ba902b7"
@@ -25,19 +23,8 @@ async def traced_worker(worker_factory: Any) -> WorkerProcess:
     return started
 
 
-def _scrape(worker: WorkerProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    url = f"http://127.0.0.1:{worker.settings.web_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
-
-
-async def scrape(worker: WorkerProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return await asyncio.to_thread(_scrape, worker)
+async def scrape(worker: WorkerProcess) -> Metrics:
+    return await asyncio.to_thread(worker.metrics)
 
 
 def value(samples: dict[Any, float], name: str, **labels: str) -> float:
