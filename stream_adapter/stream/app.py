@@ -34,6 +34,7 @@ from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.outputs import Delivery, Outputs, current_delivery
 from stream_adapter.stream.topics import approval_requests_topic
 from stream_adapter.stream.tracing import build_tracing
+from stream_adapter.stream.transactions import replace_fatal_producers
 from stream_adapter.stream.web import MetricsServer
 
 RAW: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
@@ -255,8 +256,8 @@ def build_app(
     exactly_once = settings.processing_guarantee == "exactly_once"
     if exactly_once:
         app.commit_gate = CommitGate()  # commits cover a message's outputs and offset, or neither
-    if exactly_once:
         use_broker_highwaters()  # Faust's own lose tables after a rebalance (highwaters.py)
+        replace_fatal_producers()  # else a fatal producer never begins again (transactions.py)
     keep_head_gaps()  # Faust could commit over an unfinished head offset (commits.py)
     outputs = Outputs(
         app,

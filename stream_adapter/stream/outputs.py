@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 from aiokafka.errors import IllegalOperation
-from aiokafka.producer.transaction_manager import TransactionState
 from faust.types import TP
 
 from stream_adapter.errors import AdapterError
@@ -163,11 +162,12 @@ class Outputs:
         except IllegalOperation:
             # Faust logs and swallows a failed begin_transaction (after a rebalance or a broker
             # restart), leaving the partition's producer outside any transaction: every send
-            # fails until a restart. Begin it, if the partition is still ours, and try again
-            # once; a stale job must not start a producer that fences the new owner's.
+            # fails until a restart. Begin it (transactions.py replaces a fatal producer), if
+            # the partition is still ours, and try again once; a stale job must not start a
+            # producer that fences the new owner's.
             if TP(source.topic, source.partition) not in self._app.consumer.assignment():
                 raise
-            await _restart_transaction(producer, transactional_id)
+            await producer.begin_transaction(transactional_id)
             pending = await producer.send(
                 topic, key, value, partition, None, headers, transactional_id=transactional_id
             )
@@ -195,14 +195,3 @@ class Outputs:
                 partition = partition_for(key, len(partitions))
         pending = await producer.send(name, value, key=key, partition=partition, headers=headers)
         await pending
-
-
-async def _restart_transaction(producer: Any, transactional_id: str) -> None:
-    """Begin the partition's transaction; a producer left in a fatal state (it can never begin
-    again) is stopped and replaced first, which Faust's begin_transaction then creates."""
-    current = producer._transaction_producers.get(transactional_id)
-    manager = getattr(current, "_txn_manager", None)
-    if manager is not None and manager.state == TransactionState.FATAL_ERROR:
-        producer._transaction_producers.pop(transactional_id, None)
-        await current.stop()
-    await producer.begin_transaction(transactional_id)
