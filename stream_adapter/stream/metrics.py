@@ -107,8 +107,7 @@ class Metrics:
         cells = self._latency.get(tool)
         if cells is None:
             cells = self._latency[tool] = self.latency.cells(self.label(tool))
-        cells[bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        cells[-1] += seconds
+        self.latency.add(cells, seconds)
 
     def retried(self, tool: str) -> None:
         child = self._retries.get(tool)
@@ -156,7 +155,7 @@ class _LoopHistogram(Collector):
 
     prometheus_client's Histogram takes two locks per observation, a tenth of an inline
     call's cost. Each label value owns a list: one count per bucket (the last one past the
-    largest bound), then the sum; `Metrics.observe` adds to it in place.
+    largest bound), then the sum; `add` observes into it in place.
     """
 
     def __init__(self, name: str, documentation: str, label: str, buckets: tuple[float, ...]):
@@ -169,6 +168,11 @@ class _LoopHistogram(Collector):
     def cells(self, value: str) -> list[float]:
         """The counts and sum of one label value (created at zero)."""
         return self._cells.setdefault(value, [0] * (len(self._buckets) + 1) + [0.0])
+
+    def add(self, cells: list[float], seconds: float) -> None:
+        """Observe one value into the cells of its label value."""
+        cells[bisect_left(self._buckets, seconds)] += 1
+        cells[-1] += seconds
 
     def describe(self) -> list[Metric]:
         return [HistogramMetricFamily(self._name, self._documentation, labels=[self._label])]
