@@ -159,7 +159,8 @@ def _refused(result: Any) -> str | None:
             check_value(result)
         except JSONError as exc:
             return f"a non-JSON-safe result: {exc}"
-        encoded = orjson.dumps(result)
+        if encoded is None:
+            encoded = orjson.dumps(result)
     return _too_large(len(encoded))
 
 
