@@ -34,7 +34,11 @@ from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.outputs import Delivery, Outputs, current_delivery
 from stream_adapter.stream.topics import approval_requests_topic
 from stream_adapter.stream.tracing import build_tracing
-from stream_adapter.stream.transactions import replace_fatal_producers
+from stream_adapter.stream.transactions import (
+    TransactionGuard,
+    guard_transactions,
+    transactional_id,
+)
 from stream_adapter.stream.web import MetricsServer
 
 RAW: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
@@ -80,14 +84,19 @@ async def _until_done(
     stall the next rebalance, which waits for unacked messages. So: retry with backoff, the
     same as a redelivery would (approved calls still run at most once); when the partition
     is being revoked or the worker stops, hand the message back unacked (the next owner gets
-    it from the committed offset).
+    it from the committed offset). Exactly once, a failure fails the partition's transaction
+    instead (transactions.py): the group rejoins and the message is handed back.
     """
     failures = 0
+    guard = app.transaction_guard
     while True:
         try:
             await process(delivery)
         except Exception as exc:
             failures += 1
+            if guard is not None:
+                # Its outputs may be in the partition's transaction: redo it from the commit.
+                guard.fail(transactional_id(app, delivery.topic, delivery.partition), exc)
             logs.event(
                 logs.ERROR,
                 "job failed; retrying",
@@ -97,6 +106,8 @@ async def _until_done(
             )
             logs.log.debug("job failure", exc_info=exc)
             delay_s = min(JOB_RETRY_CAP_S, 0.5 * 2 ** (failures - 1))
+            if guard is not None:
+                delay_s = JOB_RETRY_CAP_S  # until the rebalance hands it back
             deadline = asyncio.get_running_loop().time() + delay_s
             while asyncio.get_running_loop().time() < deadline:
                 if app.should_stop or not getattr(app.consumer, "flow_active", True):
@@ -257,7 +268,8 @@ def build_app(
     if exactly_once:
         app.commit_gate = CommitGate()  # commits cover a message's outputs and offset, or neither
         use_broker_highwaters()  # Faust's own lose tables after a rebalance (highwaters.py)
-        replace_fatal_producers()  # else a fatal producer never begins again (transactions.py)
+        app.transaction_guard = TransactionGuard(lambda: app.fast_consumer.request_rejoin())
+        guard_transactions()  # Faust's transactions lose exactly-once (transactions.py)
     keep_head_gaps()  # Faust could commit over an unfinished head offset (commits.py)
     outputs = Outputs(
         app,

@@ -18,11 +18,13 @@ import faust
 from aiokafka.errors import IllegalStateError
 from faust import streams as faust_streams
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
 from stream_adapter import logs
 from stream_adapter.stream.commit_gate import CommitGate
+from stream_adapter.stream.transactions import TransactionGuard
 
 Handler = Callable[[Any], Awaitable[None]]
 Flush = Callable[[], Awaitable[None]]
@@ -182,6 +184,26 @@ class FastConsumer(faust_aiokafka.Consumer):
         async with gate.exclusive():
             return bool(await super().commit(*args, **kwargs))
 
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        """Exactly once: finish the running jobs and commit their offsets first.
+
+        Faust forgets the acked offsets of revoked partitions and only then waits for the
+        running jobs and commits: their replies would be committed without their offsets,
+        and answered again by the next owner (transactions.py).
+        """
+        eos = getattr(self.app, "commit_gate", None) is not None
+        if eos and not self.app.should_stop and self.assignment():
+            self.stop_flow()
+            await self.wait_empty()
+        await super().on_partitions_revoked(revoked)
+
+    def request_rejoin(self) -> None:
+        """Have the group rebalance, so every partition restarts from its committed offset."""
+        thread = self._thread
+        consumer = getattr(thread, "_consumer", None)
+        if consumer is not None:
+            thread.thread_loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)
+
 
 class FastTransport(faust_aiokafka.Transport):
     """The aiokafka transport, building FastConsumers."""
@@ -193,6 +215,7 @@ class FastApp(faust.App):
     """A Faust app whose consumer can route topics to handlers (`route`)."""
 
     commit_gate: CommitGate | None = None
+    transaction_guard: TransactionGuard | None = None
 
     @property
     def fast_consumer(self) -> FastConsumer:

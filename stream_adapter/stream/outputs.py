@@ -21,6 +21,7 @@ from stream_adapter.replies import Reply
 from stream_adapter.stream.commit_gate import current_section
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.partitioner import partition_for
+from stream_adapter.stream.transactions import TransactionFailed, transactional_id
 
 CONTENT_TYPE = b"application/json"
 
@@ -152,12 +153,14 @@ class Outputs:
         section = current_section.get()
         if section is not None:
             await section.open()  # no commit between here and this message's ack
-        group = self._app.assignor.group_for_topic(source.topic)
-        transactional_id = f"{self._app.conf.id}-{group}-{source.partition}"
+        tid = transactional_id(self._app, source.topic, source.partition)
+        guard = self._app.transaction_guard
+        if guard is not None and guard.failed(tid):
+            raise TransactionFailed(tid)  # it will be aborted: redo the message after the rebalance
         producer = self._app.producer
         try:
             pending = await producer.send(
-                topic, key, value, partition, None, headers, transactional_id=transactional_id
+                topic, key, value, partition, None, headers, transactional_id=tid
             )
         except IllegalOperation:
             # Faust logs and swallows a failed begin_transaction (after a rebalance or a broker
@@ -167,9 +170,9 @@ class Outputs:
             # producer that fences the new owner's.
             if TP(source.topic, source.partition) not in self._app.consumer.assignment():
                 raise
-            await producer.begin_transaction(transactional_id)
+            await producer.begin_transaction(tid)
             pending = await producer.send(
-                topic, key, value, partition, None, headers, transactional_id=transactional_id
+                topic, key, value, partition, None, headers, transactional_id=tid
             )
         await pending
 

@@ -1,37 +1,145 @@
-"""A partition's transactional producer in a fatal state is replaced before it begins again.
+"""Exactly-once: a transaction is committed whole with its offsets, or aborted and redone.
 
-faust-streaming 0.15.3 (`Producer.begin_transaction`) keeps one aiokafka producer per
-transactional id and logs and swallows any failure to begin. A producer that hit a fatal
-error (aiokafka's FATAL_ERROR state, seen after a rebalance or a broker restart) can never
-begin again, so every later begin fails quietly and every send to the partition raises
-`IllegalOperation: not in transaction` until the worker restarts (docs/chaos.md). Before
-beginning, such a producer is stopped and dropped, so Faust's own code creates a new one.
+faust-streaming 0.15.3 keeps one transactional producer per partition (transactional id
+`{app id}-{topic group}-{partition}`) and commits it on a timer with the acked offsets. Where
+that loses the guarantee, and what is done here instead (docs/chaos.md):
+
+- A partition kept over a rebalance keeps its open transaction, while its records are read
+  again from the committed offset: outputs from before the rebalance would be committed with
+  their second copies. At every rebalance each producer not idle (`READY`) is stopped and
+  dropped (`TransactionGuard.reset`); Faust then starts a fresh one, whose registration with
+  the broker aborts whatever the old one left open.
+- A fenced or timed-out producer crashed the app on commit, or failed every send until a
+  restart. A transaction that may hold a failed job's outputs, or whose commit failed, is
+  marked failed: never committed, and the group rejoins, so every partition restarts from
+  its committed offset with fresh producers (`TransactionGuard.fail`).
+- A producer in aiokafka's FATAL_ERROR state can never begin again, and Faust swallows the
+  failure to begin: such a producer is replaced before beginning (`replace_fatal_producers`).
+
+The commit at a revocation is fixed in fastpath.py (`FastConsumer.on_partitions_revoked`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka.producer.transaction_manager import TransactionState
 
-_PATCHED = "_stream_adapter_fatal_producers"
+from stream_adapter import logs
+
+_PATCHED = "_stream_adapter_transactions"
+STOP_TIMEOUT_S = 10.0
 
 
-def replace_fatal_producers() -> None:
-    """Patch Faust's begin_transaction to start over from a fatal producer; idempotent."""
+def transactional_id(app: Any, topic: str, partition: int) -> str:
+    """The transactional id Faust gives the partition of a consumed topic."""
+    return f"{app.conf.id}-{app.assignor.group_for_topic(topic)}-{partition}"
+
+
+class TransactionFailed(Exception):
+    """A send into a transaction already failed, which will be aborted (internal)."""
+
+
+class TransactionGuard:
+    """Which partitions' open transactions must not be committed, until the next rebalance."""
+
+    def __init__(self, rejoin: Callable[[], None]) -> None:
+        self._rejoin = rejoin
+        self._failed: set[str] = set()
+
+    def fail(self, transactional_id: str, reason: BaseException | str) -> None:
+        """Never commit this transaction; rejoin the group so its partition is redone."""
+        kind = reason if isinstance(reason, str) else type(reason).__name__
+        if transactional_id not in self._failed:
+            self._failed.add(transactional_id)
+            logs.event(
+                logs.WARNING,
+                "transaction failed; rejoining the group",
+                transactional_id=transactional_id,
+                error_kind=kind,
+            )
+        self._rejoin()
+
+    def failed(self, transactional_id: str) -> bool:
+        return transactional_id in self._failed
+
+    def committable(
+        self, by_transactional_id: Mapping[str, Mapping[Any, int]]
+    ) -> dict[str, Mapping[Any, int]]:
+        return {t: o for t, o in by_transactional_id.items() if t not in self._failed}
+
+    async def reset(self, producer: Any) -> None:
+        """Drop every transactional producer that is not idle; forget the failures."""
+        producers: dict[str, Any] = producer._transaction_producers
+        for tid, current in list(producers.items()):
+            manager = getattr(current, "_txn_manager", None)
+            if manager is not None and manager.state == TransactionState.READY:
+                continue
+            producers.pop(tid, None)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(current.stop(), STOP_TIMEOUT_S)
+        self._failed.clear()
+
+
+def _guard(transaction_manager: Any) -> TransactionGuard | None:
+    return getattr(transaction_manager.app, "transaction_guard", None)
+
+
+def guard_transactions() -> None:
+    """Patch Faust's producer and transaction manager as the module docstring says; idempotent."""
+    from faust.transport.consumer import TransactionManager
     from faust.transport.drivers.aiokafka import Producer
 
-    if getattr(Producer, _PATCHED, False):
+    if getattr(TransactionManager, _PATCHED, False):
         return
     begin = Producer.begin_transaction
+    on_rebalance = TransactionManager.on_rebalance
 
     async def begin_transaction(self: Any, transactional_id: str) -> None:
-        current = self._transaction_producers.get(transactional_id)
-        manager = getattr(current, "_txn_manager", None)
-        if manager is not None and manager.state == TransactionState.FATAL_ERROR:
-            self._transaction_producers.pop(transactional_id, None)
-            await current.stop()
-        await begin(self, transactional_id)
+        # One at a time per id: two concurrent first begins would build two producers, and
+        # the second to register would fence the first.
+        locks = self.__dict__.setdefault("_stream_adapter_begin_locks", {})
+        async with locks.setdefault(transactional_id, asyncio.Lock()):
+            current = self._transaction_producers.get(transactional_id)
+            manager = getattr(current, "_txn_manager", None)
+            if manager is not None and manager.state == TransactionState.FATAL_ERROR:
+                self._transaction_producers.pop(transactional_id, None)
+                await current.stop()
+            await begin(self, transactional_id)
+
+    async def commit(
+        self: Any, offsets: Mapping[Any, int], start_new_transaction: bool = True
+    ) -> bool:
+        guard = _guard(self)
+        by_tid: dict[str, dict[Any, int]] = defaultdict(dict)
+        for tp, offset in offsets.items():
+            by_tid[transactional_id(self.app, tp.topic, tp.partition)][tp] = offset
+        todo = guard.committable(by_tid) if guard is not None else dict(by_tid)
+        if not todo:
+            return False
+        try:
+            await self.producer.commit_transactions(
+                todo, self.app.conf.id, start_new_transaction=start_new_transaction
+            )
+        except Exception as exc:  # fenced, timed out, broker gone: the outcome is unknown
+            if guard is None:
+                raise
+            for tid in todo:
+                guard.fail(tid, exc)
+            return False
+        return True
+
+    async def rebalance(self: Any, assigned: Any, revoked: Any, newly_assigned: Any) -> None:
+        guard = _guard(self)
+        if guard is not None:
+            await guard.reset(self.producer)
+        await on_rebalance(self, assigned, revoked, newly_assigned)
 
     Producer.begin_transaction = begin_transaction  # type: ignore[method-assign]
-    setattr(Producer, _PATCHED, True)
+    TransactionManager.commit = commit  # type: ignore[method-assign]
+    TransactionManager.on_rebalance = rebalance  # type: ignore[method-assign]
+    setattr(TransactionManager, _PATCHED, True)
