@@ -122,6 +122,13 @@ def guard_transactions() -> None:
         if not todo:
             return False
         try:
+            for tid in todo:
+                # Offsets alone (a message whose only output went outside the transaction)
+                # after a commit that began none: aiokafka sends offsets only in one.
+                current = self.producer._transaction_producers.get(tid)
+                manager = getattr(current, "_txn_manager", None)
+                if manager is not None and manager.state == TransactionState.READY:
+                    await current.begin_transaction()
             await self.producer.commit_transactions(
                 todo, self.app.conf.id, start_new_transaction=start_new_transaction
             )

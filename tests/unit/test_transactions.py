@@ -75,6 +75,7 @@ class _Committing:
     def __init__(self, error: Exception | None = None) -> None:
         self.error = error
         self.committed: list[dict[str, Any]] = []
+        self._transaction_producers: dict[str, _TxnProducer] = {}
 
     async def commit_transactions(
         self, offsets: dict[str, Any], group_id: str, start_new_transaction: bool = True
@@ -140,3 +141,15 @@ async def test_concurrent_first_begins_build_one_producer() -> None:
     )
     await asyncio.gather(*(Producer.begin_transaction(faust_producer, "t-1") for _ in range(3)))
     assert len(built) == 1
+
+
+async def test_offsets_alone_are_committed_in_a_transaction_begun_for_them() -> None:
+    guard_transactions()
+    producer = _Committing()
+    idle = _TxnProducer(TransactionState.READY)
+    busy = _TxnProducer(TransactionState.IN_TRANSACTION)
+    producer._transaction_producers.update({"app-0-0": idle, "app-0-1": busy})
+    manager = _Guarded(TransactionGuard(lambda: None), producer)
+    assert await TransactionManager.commit(manager, {_tp(0): 4, _tp(1): 9}) is True
+    assert idle.events == ["begin"] and busy.events == []
+    assert [sorted(c) for c in producer.committed] == [["app-0-0", "app-0-1"]]
