@@ -69,7 +69,8 @@ class OutputSection:
 
     @property
     def done(self) -> asyncio.Future[None]:
-        """Resolved when this job's outputs are finished (or it had none, or it failed)."""
+        """Resolved when this job's outputs, and those of every earlier message of its
+        partition, are finished (or there were none, or the job failed)."""
         return self._done
 
     async def open(self) -> None:
@@ -83,6 +84,15 @@ class OutputSection:
         if self._open:
             self._open = False
             self._gate.exit()
+        # A job with no transactional outputs (a park request goes outside) never waited for
+        # its previous message: it must not let the next one's outputs pass it.
+        previous = self._previous
+        if previous is not None and not previous.done():
+            previous.add_done_callback(self._finish)
+        else:
+            self._finish()
+
+    def _finish(self, _: object = None) -> None:
         if not self._done.done():
             self._done.set_result(None)
 
