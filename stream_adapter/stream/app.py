@@ -307,7 +307,7 @@ def build_app(
         tracing=build_tracing(settings.otel_enabled, settings.app_id),
         tool_slots=Slots(settings.max_in_flight),
     )
-    approvals = ApprovalTable(table, outputs)
+    approvals = ApprovalTable(table, outputs, app.transaction_guard)
     flow = ApprovalFlow(ctx, approvals, origin=f"kafka:{settings.app_id}")
 
     def scheduler() -> KeyedScheduler:

@@ -36,17 +36,34 @@ from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.faults import APPROVED_RAN, PARKED, RUNNING, crash_point
 from stream_adapter.stream.outputs import Delivery, Headers, Outputs
 from stream_adapter.stream.tracing import as_headers
+from stream_adapter.stream.transactions import TransactionGuard
 
 
 class ApprovalTable:
-    """The Faust table of approval records (bytes keys and values), with durable writes."""
+    """The Faust table of approval records (bytes keys and values), with durable writes.
 
-    def __init__(self, table: Any, outputs: Outputs) -> None:
+    In exactly-once mode a write in a transaction reaches the local store only once that
+    transaction commits (`staged` until then, and read through): the store never holds what
+    an abort took back, so a record found there was committed, with the reply written in
+    the same transaction (see `ApprovalFlow._park`).
+    """
+
+    def __init__(self, table: Any, outputs: Outputs, guard: TransactionGuard | None = None) -> None:
         self._table = table
         self._outputs = outputs
+        self._staged: dict[str, dict[bytes, tuple[int, bytes]]] = {}  # by transactional id
+        if guard is not None:
+            guard.on_commit.append(self._committed)
+            guard.on_reset.append(self._staged.clear)
 
     def get(self, approval_id: str) -> ApprovalRecord | None:
-        raw = self._table.get(approval_id.encode())
+        key = approval_id.encode()
+        raw = None
+        for writes in self._staged.values():
+            if key in writes:
+                raw = writes[key][1]
+        if raw is None:
+            raw = self._table.get(key)
         return None if raw is None else ApprovalRecord.from_bytes(raw)
 
     async def put(self, record: ApprovalRecord, partition: int, *, now: bool = False) -> None:
@@ -57,15 +74,31 @@ class ApprovalTable:
         decision run the call a second time.
         """
         key, value = record.approval_id.encode(), record.to_bytes()
-        self._table.data[key] = value
         if not self._outputs.exactly_once:
+            self._table.data[key] = value
             await self._table.send_changelog(partition, key, value)
             return
         topic = self._table.changelog_topic.get_topic_name()
         if now:
+            self._table.data[key] = value
+            for writes in self._staged.values():
+                writes.pop(key, None)
             await self._outputs.outside_transaction(topic, key, value, partition)
-        else:
-            await self._outputs.in_transaction(topic, key, value, partition=partition)
+            return
+        tid = self._outputs.transaction_of_current()
+        self._staged.setdefault(tid, {})[key] = (partition, value)
+        await self._outputs.in_transaction(topic, key, value, partition=partition)
+
+    def _committed(self, transactional_id: str) -> None:
+        store = self._table.data
+        for key, (partition, value) in self._staged.pop(transactional_id, {}).items():
+            if hasattr(store, "_db_for_partition"):
+                # Outside any event: Faust's RocksDB store takes the partition from the
+                # current event, so write to the partition's database as it would.
+                store._key_index[key] = partition
+                store._db_for_partition(partition).put(key, value)
+            else:
+                store[key] = value
 
 
 class ApprovalFlow:
@@ -125,6 +158,19 @@ class ApprovalFlow:
                 approval_id=fresh.approval_id,
             )
             record = fresh
+        elif self.ctx.outputs.exactly_once and record.message_id == fresh.message_id:
+            # The same call message parked again: redone after its transaction aborted, its
+            # park request having gone outside it. The record is committed (or staged in this
+            # transaction), so the reply written with it was, too: answering again would be a
+            # second reply for a read_committed reader.
+            logs.event(
+                logs.INFO,
+                "call parked again; already answered",
+                tool=record.tool,
+                approval_id=record.approval_id,
+                state=record.state,
+            )
+            return
         await self._answer(record, original, partition, trace)
 
     async def _resume(

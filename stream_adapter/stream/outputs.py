@@ -138,6 +138,11 @@ class Outputs:
         else:
             await self._plain(topic, key, value, headers)
 
+    def transaction_of_current(self) -> str:
+        """The transactional id of the message being processed."""
+        source = current_delivery.get()
+        return transactional_id(self._app, source.topic, source.partition)
+
     async def in_transaction(
         self,
         topic: str,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka.producer.transaction_manager import TransactionState
@@ -50,6 +50,15 @@ class TransactionGuard:
     def __init__(self, rejoin: Callable[[], None]) -> None:
         self._rejoin = rejoin
         self._failed: set[str] = set()
+        self.on_commit: list[Callable[[str], None]] = []
+        """Called with each transactional id whose transaction committed."""
+        self.on_reset: list[Callable[[], None]] = []
+        """Called when every open transaction is dropped (a rebalance)."""
+
+    def committed(self, transactional_ids: Iterable[str]) -> None:
+        for tid in transactional_ids:
+            for hook in self.on_commit:
+                hook(tid)
 
     def fail(self, transactional_id: str, reason: BaseException | str) -> None:
         """Never commit this transaction; rejoin the group so its partition is redone."""
@@ -83,6 +92,8 @@ class TransactionGuard:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(current.stop(), STOP_TIMEOUT_S)
         self._failed.clear()
+        for hook in self.on_reset:
+            hook()
 
 
 def _guard(transaction_manager: Any) -> TransactionGuard | None:
@@ -138,6 +149,8 @@ def guard_transactions() -> None:
             for tid in todo:
                 guard.fail(tid, exc)
             return False
+        if guard is not None:
+            guard.committed(todo)
         return True
 
     async def rebalance(self: Any, assigned: Any, revoked: Any, newly_assigned: Any) -> None:
