@@ -85,9 +85,11 @@ class ApprovalTable:
                 writes.pop(key, None)
             await self._outputs.outside_transaction(topic, key, value, partition)
             return
+        await self._outputs.in_transaction(topic, key, value, partition=partition)
+        # Staged only once sent: a commit waiting for the send would apply it too early, and
+        # nothing can commit between the send and this job's ack (commit_gate.py).
         tid = self._outputs.transaction_of_current()
         self._staged.setdefault(tid, {})[key] = (partition, value)
-        await self._outputs.in_transaction(topic, key, value, partition=partition)
 
     def _committed(self, transactional_id: str) -> None:
         store = self._table.data
