@@ -1,8 +1,9 @@
 """CI-sized chaos and fuzz runs (the full ones: `stream-adapter chaos|fuzz`, docs/chaos.md).
 
 Chaos: 300 calls, one worker SIGKILL, one broker kill and restart, scaling 1 -> 2 -> 1, in both
-processing modes; fuzz: a few hundred malformed calls and decisions among valid ones. They run
-their own broker, since the chaos run kills it.
+processing modes, and no duplicate reply for a read_committed reader in exactly-once mode;
+fuzz: a few hundred malformed calls and decisions among valid ones. They run their own broker,
+since the chaos run kills it.
 """
 
 from __future__ import annotations
@@ -59,8 +60,7 @@ async def test_chaos_loses_nothing(
     summary = figures.to_json()
     assert figures.calls_without_terminal_reply == 0, summary
     assert figures.approvals_asked_twice == 0, summary
-    if guarantee == "at_least_once":
-        assert figures.approved_runs_twice == 0, summary
+    assert figures.approved_runs_twice == 0, summary
     assert figures.final_lag == 0, summary
     assert figures.unexpected_outcomes == 0, summary
     assert figures.worker_kills == 1
@@ -68,16 +68,8 @@ async def test_chaos_loses_nothing(
     assert kinds.count("broker restart") == 1 and "scale-up 1->2" in kinds, kinds
     assert all(f.recover_s is not None for f in figures.faults), summary
     if guarantee == "exactly_once":
-        # Known exactly-once gaps (docs/chaos.md, "Known gaps"): SPEC §8 wants each reply once
-        # for a read_committed reader, and SPEC §7 an approved call run at most once; in about
-        # one CI-sized run in five an approved call ran twice. Visible as XFAIL, not green.
-        gaps = []
-        if figures.approved_runs_twice:
-            gaps.append(f"{figures.approved_runs_twice} approved call(s) run twice")
-        if figures.duplicate_replies:
-            gaps.append(f"{figures.duplicate_replies} duplicate committed replies")
-        if gaps:
-            pytest.xfail("exactly_once: " + "; ".join(gaps))
+        # SPEC §8: a read_committed reader sees each reply once (docs/chaos.md).
+        assert figures.duplicate_replies == 0, summary
 
 
 async def test_fuzz_answers_every_bad_message_once(
