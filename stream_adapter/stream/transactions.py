@@ -41,7 +41,8 @@ def transactional_id(app: Any, topic: str, partition: int) -> str:
 
 
 class TransactionFailed(Exception):
-    """A send into a transaction already failed, which will be aborted (internal)."""
+    """A send into a transaction marked failed: it will be aborted, and the message redone
+    after the rebalance (internal to the stream layer, like signing's SignatureError)."""
 
 
 class TransactionGuard:
@@ -56,6 +57,7 @@ class TransactionGuard:
         """Called when every open transaction is dropped (a rebalance)."""
 
     def committed(self, transactional_ids: Iterable[str]) -> None:
+        """Tell the `on_commit` hooks which transactions committed."""
         for tid in transactional_ids:
             for hook in self.on_commit:
                 hook(tid)
