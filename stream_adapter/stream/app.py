@@ -105,9 +105,9 @@ async def _until_done(
                 attempt=failures,
             )
             logs.log.debug("job failure", exc_info=exc)
-            delay_s = min(JOB_RETRY_CAP_S, 0.5 * 2 ** (failures - 1))
-            if guard is not None:
-                delay_s = JOB_RETRY_CAP_S  # until the rebalance hands it back
+            # Exactly once, wait for the rebalance the failure asked for to hand it back.
+            backoff_s = min(JOB_RETRY_CAP_S, 0.5 * 2 ** (failures - 1))
+            delay_s = JOB_RETRY_CAP_S if guard is not None else backoff_s
             deadline = asyncio.get_running_loop().time() + delay_s
             while asyncio.get_running_loop().time() < deadline:
                 if app.should_stop or not getattr(app.consumer, "flow_active", True):
