@@ -24,6 +24,7 @@ from mode.utils.futures import notify
 
 from stream_adapter import logs
 from stream_adapter.stream.commit_gate import CommitGate
+from stream_adapter.stream.loop_consumer import LoopConsumerThread
 from stream_adapter.stream.transactions import TransactionGuard
 
 Handler = Callable[[Any], Awaitable[None]]
@@ -48,6 +49,9 @@ class FastConsumer(faust_aiokafka.Consumer):
         self._seeks = 0  # seeks begun or ended: a fetch that spans one is not handed on
         self._seeking = asyncio.Event()
         self._seeking.set()
+
+    def _new_consumer_thread(self) -> LoopConsumerThread:
+        return LoopConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     def track(self, message: Any) -> None:
         """Count message as unacked, so rebalances and shutdown wait for it (Faust's
@@ -110,7 +114,7 @@ class FastConsumer(faust_aiokafka.Consumer):
         """Hand one fetch's records on, partition by partition, until the flow stops.
 
         Faust's getmany does the same, but interleaves partitions record by record and asks
-        the consumer thread for each record's highwater: per record, a fifth of a fast call.
+        the consumer for each record's highwater: per record, a fifth of a fast call.
         Records it leaves (a partition paused or revoked meanwhile, the flow stopped) are
         fetched again (`_refetch`).
         """
@@ -230,10 +234,9 @@ class FastConsumer(faust_aiokafka.Consumer):
 
     def request_rejoin(self) -> None:
         """Have the group rebalance, so every partition restarts from its committed offset."""
-        thread = self._thread
-        consumer = getattr(thread, "_consumer", None)
+        consumer = getattr(self._thread, "_consumer", None)
         if consumer is not None:
-            thread.thread_loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)
+            consumer._coordinator.request_rejoin()
 
 
 class FastTransport(faust_aiokafka.Transport):

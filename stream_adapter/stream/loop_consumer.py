@@ -1,0 +1,48 @@
+"""Faust's aiokafka consumer "thread", run as a service in the worker's own event loop.
+
+Faust runs the aiokafka consumer in a thread with its own loop, and every fetch, commit and
+seek crosses over: a queued call, two self-pipe wake-ups and a GIL hand-off each way. At the
+bench's paced rate (30,000 calls/s, a fetch every few milliseconds) those crossings and the
+two threads contending for one GIL were most of the worker's latency: p99 35-120 ms from
+call append to reply append, against 17-23 ms here (docs/bench.md). In one loop, aiokafka's
+fetcher, heartbeat and rebalance tasks interleave with the worker's code like any other
+task; rounds run for milliseconds, far below any heartbeat or session timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from mode.utils.futures import maybe_async
+
+
+class LoopConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """The consumer "thread" whose loop is the caller's: `call_thread` is a plain await."""
+
+    def __init__(self, consumer: Any, **kwargs: Any) -> None:
+        loop = kwargs.get("loop") or asyncio.get_event_loop()
+        super().__init__(consumer, thread_loop=loop, **kwargs)
+        self._serving: asyncio.Future[None] | None = None
+
+    async def start(self) -> None:
+        """Serve as mode's thread would, as a task of this loop; return once started."""
+        assert not self._thread_started.is_set()
+        self._thread_started.set()
+        running: asyncio.Future[None] = asyncio.Future(loop=self.parent_loop)
+        self._thread_running = running
+        self._serving = asyncio.ensure_future(self._serve())
+        try:
+            await running
+        finally:
+            self._thread_running = None
+
+    async def call_thread(
+        self, fun: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+    ) -> Any:
+        return await maybe_async(fun(*args, **kwargs))
+
+    async def _gather_remaining_tasks(self) -> None:
+        """mode sweeps its thread loop's tasks on stop; this loop's tasks are the app's."""
