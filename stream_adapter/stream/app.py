@@ -24,7 +24,7 @@ from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.approvals import ApprovalFlow, ApprovalTable
 from stream_adapter.stream.calls import process_call, send_reply
 from stream_adapter.stream.commit_gate import CommitGate, OutputSection, current_section
-from stream_adapter.stream.commits import keep_head_gaps
+from stream_adapter.stream.commits import patch_new_offset
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.fastpath import FastApp, make_current
 from stream_adapter.stream.highwaters import use_broker_highwaters
@@ -270,7 +270,7 @@ def build_app(
         use_broker_highwaters()  # Faust's own lose tables after a rebalance (highwaters.py)
         app.transaction_guard = TransactionGuard(lambda: app.fast_consumer.request_rejoin())
         guard_transactions()  # Faust's transactions lose exactly-once (transactions.py)
-    keep_head_gaps()  # Faust could commit over an unfinished head offset (commits.py)
+    patch_new_offset()  # Faust could commit over an unfinished head offset (commits.py)
     outputs = Outputs(
         app,
         replies=app.topic(settings.replies_topic, partitions=p, **RAW),
