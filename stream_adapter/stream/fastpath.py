@@ -11,6 +11,7 @@ shutdown wait for them, `stream_wait_empty`), acked through the consumer when do
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, cast
 
@@ -26,6 +27,10 @@ from stream_adapter import logs
 from stream_adapter.stream.commit_gate import CommitGate
 from stream_adapter.stream.loop_consumer import LoopConsumerThread
 from stream_adapter.stream.transactions import TransactionGuard
+
+ROUND_SLICE_S = 0.05
+"""Longest a round holds the event loop without yielding: the consumer's heartbeats and
+fetches run in the same loop (loop_consumer.py), and a tool that never awaits may be slow."""
 
 Handler = Callable[[Any], Awaitable[None]]
 Flush = Callable[[], Awaitable[None]]
@@ -126,6 +131,8 @@ class FastConsumer(faust_aiokafka.Consumer):
         app = self.app
         generation_id = app.consumer_generation_id
         buffered = self._buffered_partitions
+        clock = time.perf_counter
+        yield_at = clock() + ROUND_SLICE_S
         pending = list(records.items())
         for index, (tp, batch) in enumerate(pending):
             if active is not None and tp not in active and tp not in buffered:
@@ -157,6 +164,9 @@ class FastConsumer(faust_aiokafka.Consumer):
                 else:
                     await self.wait_first(slow(message), self.suspend_flow.wait())
                 read_offset[tp] = offset
+                if clock() >= yield_at:
+                    await asyncio.sleep(0)
+                    yield_at = clock() + ROUND_SLICE_S
 
     async def _refetch(self, offsets: Mapping[Any, int]) -> None:
         """Seek partitions back to records fetched but not handed on, so they come again.

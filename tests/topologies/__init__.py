@@ -1,0 +1,1 @@
+"""Topologies that only tests run."""
