@@ -1,12 +1,12 @@
 """Faust's aiokafka consumer "thread", run as a service in the worker's own event loop.
 
 Faust runs the aiokafka consumer in a thread with its own loop, and every fetch, commit and
-seek crosses over: a queued call, two self-pipe wake-ups and a GIL hand-off each way. At the
-bench's paced rate (30,000 calls/s, a fetch every few milliseconds) those crossings and the
-two threads contending for one GIL were most of the worker's latency: p99 35-120 ms from
-call append to reply append, against 17-23 ms here (docs/bench.md). In one loop, aiokafka's
-fetcher, heartbeat and rebalance tasks interleave with the worker's code like any other
-task; rounds run for milliseconds, far below any heartbeat or session timeout.
+seek crosses over: a queued call, two self-pipe wake-ups and a GIL hand-off each way. At
+30,000 calls/s paced (a fetch every few milliseconds) those crossings and the two threads
+contending for one GIL were most of the worker's latency: p99 from call append to reply
+append 32-45 ms with the thread, 17-21 ms here, three runs each side by side (docs/bench.md).
+In one loop, aiokafka's fetcher, heartbeat and rebalance tasks interleave with the worker's
+code like any other task; a round yields at least every `ROUND_SLICE_S` (fastpath.py).
 """
 
 from __future__ import annotations
