@@ -46,7 +46,7 @@ from stream_adapter.settings import Settings
 @click.option(
     "--warm-paced-s",
     type=float,
-    default=20.0,
+    default=90.0,
     show_default=True,
     help="Paced part of the uncounted warm-up, so the broker is warm for small requests too.",
 )
@@ -81,6 +81,10 @@ def bench(
                 port=local.free_port(),
                 controller_port=local.free_port(),
                 heap_mb=1024,
+                # C1 only: on two cores, C2 compiling the broker's hot paths took more CPU
+                # than any request thread for minutes, and the first contender measured
+                # paid for it in latency (docs/bench.md).
+                jvm_flags=("-XX:TieredStopAtLevel=1",),
                 jars_dir=Path(".kafka/libs"),
             )
             bootstrap = local.start(config)

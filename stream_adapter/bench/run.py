@@ -36,7 +36,7 @@ class BenchConfig:
     skip: frozenset[str] = frozenset()
     paced_s: float = 5.0
     paced_fraction: float = 0.5
-    warm_paced_s: float = 20.0
+    warm_paced_s: float = 90.0
     sleep_calls_per_slot: int = 40
 
 

@@ -40,6 +40,8 @@ class BrokerConfig:
     port: int = 9092
     controller_port: int | None = None
     heap_mb: int = 768
+    jvm_flags: tuple[str, ...] = ()
+    """Added to the JVM's command line (the bench's broker compiles with C1 only)."""
     jars_dir: Path | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -312,6 +314,7 @@ def start(config: BrokerConfig, *, timeout_s: float = 90.0) -> str:
         f"-Xms{min(config.heap_mb, 256)}m",
         "-XX:+UseG1GC",
         "-XX:MaxGCPauseMillis=20",
+        *config.jvm_flags,
         "-Djava.awt.headless=true",
         f"-Dkafka.logs.dir={config.logs.resolve()}",
         f"-Dlog4j2.configurationFile={log4j}",
