@@ -9,10 +9,11 @@ faust-streaming 0.15.3's `Consumer._new_offset` has two faults this replaces:
   the committed one holds the commit. Where broker-side gaps (transaction markers,
   compaction) are folded in, Faust's rule stays: its `_add_gap` never records a gap at the
   committed offset itself, and the two off-by-ones cancel.
-- It finds the run with `itertools.groupby` and a lambda per acked offset, about 1 µs each:
-  at 30,000 calls/s, a 20 ms stall of the event loop at every commit (every 0.5 s), which
-  showed in the latency tail. Acked offsets are distinct, so once sorted the run is the
-  prefix where `acked[i] - i` is still `acked[0]`: a bisection finds its end.
+- It finds the run with `itertools.groupby` and a lambda per acked offset: 0.27 ms per
+  partition at 2,000 acked offsets (30,000 calls/s over 8 partitions, a commit every 0.5 s),
+  2.6 ms at 20,000, all of it holding the event loop the consumer now shares. Acked offsets
+  are distinct, so once sorted the run is the prefix where `acked[i] - i` is still
+  `acked[0]`: a bisection finds its end (0.04 and 0.36 ms).
 """
 
 from __future__ import annotations

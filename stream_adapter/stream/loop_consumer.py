@@ -25,7 +25,7 @@ class LoopConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def __init__(self, consumer: Any, **kwargs: Any) -> None:
         loop = kwargs.get("loop") or asyncio.get_event_loop()
         super().__init__(consumer, thread_loop=loop, **kwargs)
-        self._serving: asyncio.Future[None] | None = None
+        self._serving: asyncio.Future[None] | None = None  # the loop keeps tasks weakly
 
     async def start(self) -> None:
         """Serve as mode's thread would, as a task of this loop; return once started."""
