@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -24,18 +24,30 @@ MIN_SPAN_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
+class Latency:
+    """Call-to-reply latency at one paced rate: from produce time to reply arrival."""
+
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+@dataclass(frozen=True, slots=True)
 class Result:
-    """One contender's figures; latencies from produce time to reply arrival."""
+    """One contender's figures; `latency` holds one entry per paced rate, lowest first."""
 
     name: str
     calls: int
     calls_per_s: float
-    p50_ms: float | None
-    p99_ms: float | None
-    max_ms: float | None
-    paced_rate: float | None
+    latency: tuple[Latency, ...]
     peak_rss_mb: float
     ideal_per_s: float | None = None
+
+    @property
+    def headline(self) -> Latency | None:
+        """The latency at the highest paced rate (the table's and the targets' figure)."""
+        return self.latency[-1] if self.latency else None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -184,20 +196,27 @@ async def _paced(bootstrap: str, topic: str, rate: float, seconds: float) -> int
     return sent
 
 
+Rates = Sequence[float] | Callable[[float], Sequence[float]]
+
+
 async def measure(
     contender: Contender,
     bootstrap: str,
     backlog: list[bytes],
     *,
     distinct_keys: bool = False,
-    paced_rate: float | Callable[[float], float] | None = None,
+    paced_rates: Rates = (),
     paced_s: float = 5.0,
     timeout_s: float = 600.0,
     ideal_per_s: float | None = None,
 ) -> Result:
-    """Run one contender over a backlog (throughput), then optionally at a paced rate."""
+    """Run one contender over a backlog (throughput), then at each paced rate in turn.
+
+    `paced_rates` may be a function of the measured throughput (calls/s).
+    """
     await produce(bootstrap, contender.calls_topic, backlog, distinct_keys=distinct_keys)
     proc = _start(contender)
+    latency: list[Latency] = []
     try:
         async with Replies(
             bootstrap, contender.replies_topic, read_committed=contender.read_committed
@@ -206,23 +225,22 @@ async def measure(
             assert replies.first is not None
             span = max(replies.last - replies.first, MIN_SPAN_S)
             per_s = (replies.count - 1) / span if replies.count > 1 else 0.0
-            p50 = p99 = worst = None
-            if callable(paced_rate):
-                paced_rate = paced_rate(per_s)
-            if paced_rate:
-                expected = replies.count + _paced_count(paced_rate, paced_s)
+            rates = paced_rates(per_s) if callable(paced_rates) else paced_rates
+            for rate in sorted(rates):
+                replies.latencies_ms.clear()
+                expected = replies.count + _paced_count(rate, paced_s)
                 await asyncio.gather(
-                    _paced(bootstrap, contender.calls_topic, paced_rate, paced_s),
+                    _paced(bootstrap, contender.calls_topic, rate, paced_s),
                     replies.until(expected, paced_s + 120, timed=True),
                 )
                 lat = replies.latencies_ms
-                p50, p99, worst = _percentile(lat, 0.5), _percentile(lat, 0.99), max(lat)
+                latency.append(
+                    Latency(rate, _percentile(lat, 0.5), _percentile(lat, 0.99), max(lat))
+                )
         rss = _peak_rss_mb(proc.pid)
     finally:
         _stop(proc)
-    return Result(
-        contender.name, len(backlog), per_s, p50, p99, worst, paced_rate, rss, ideal_per_s
-    )
+    return Result(contender.name, len(backlog), per_s, tuple(latency), rss, ideal_per_s)
 
 
 def _start(contender: Contender) -> subprocess.Popen[bytes]:
