@@ -171,6 +171,9 @@ class WorkerPool:
     def slot(self, name: str) -> Worker:
         if name not in self.workers:
             env = worker_env(self.settings, self.extra_env)
+            if "STREAM_ADAPTER_WEB_PORT" not in self.extra_env:
+                # Its own metrics port: slots sharing the settings' one could not all bind it.
+                env["STREAM_ADAPTER_WEB_PORT"] = str(local.free_port())
             self.workers[name] = Worker(name, self.workdir, env)
         return self.workers[name]
 
