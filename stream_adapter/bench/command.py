@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from stream_adapter.bench.config import BenchConfig, default
 from stream_adapter.settings import Settings
 
 
@@ -15,15 +16,15 @@ from stream_adapter.settings import Settings
 @click.option(
     "--calls",
     type=int,
-    default=100_000,
+    default=default("calls"),
     show_default=True,
     help="Pre-produced echo envelopes per contender.",
 )
-@click.option("--partitions", type=int, default=8, show_default=True)
+@click.option("--partitions", type=int, default=default("partitions"), show_default=True)
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
-    default=Path("bench-results"),
+    default=default("out"),
     show_default=True,
     help="Folder for bench.json, bench.png and logs.",
 )
@@ -34,14 +35,18 @@ from stream_adapter.settings import Settings
     help="Leave a contender out (repeatable).",
 )
 @click.option(
-    "--paced-s", type=float, default=5.0, show_default=True, help="Length of each latency run."
+    "--paced-s",
+    type=float,
+    default=default("paced_s"),
+    show_default=True,
+    help="Length of each latency run.",
 )
 @click.option(
     "--paced-fraction",
     "paced_fractions",
     type=click.FloatRange(0.01, 1.0),
     multiple=True,
-    default=(0.25, 0.4, 0.5),
+    default=default("paced_fractions"),
     show_default=True,
     help="Latency runs produce at these fractions of the worker's measured throughput "
     "(repeatable; the highest is the table's headline).",
@@ -49,7 +54,7 @@ from stream_adapter.settings import Settings
 @click.option(
     "--warm-paced-s",
     type=float,
-    default=90.0,
+    default=default("warm_paced_s"),
     show_default=True,
     help="Paced part of the uncounted warm-up, so the broker is warm for small requests too.",
 )
@@ -72,7 +77,7 @@ def bench(
     own_broker: bool,
 ) -> None:
     """Measure the worker side by side with an aiokafka loop and a Quix Streams app."""
-    from stream_adapter.bench.run import BenchConfig, print_table, run_bench, write_outputs
+    from stream_adapter.bench.run import print_table, run_bench, write_outputs
     from stream_adapter.broker import local
 
     with tempfile.TemporaryDirectory(prefix="sa-bench-") as home:

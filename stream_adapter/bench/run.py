@@ -6,12 +6,12 @@ import os
 import sys
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from stream_adapter.bench.config import BenchConfig
 from stream_adapter.bench.measure import (
     Contender,
     Result,
@@ -25,23 +25,6 @@ from stream_adapter.settings import Settings
 SLEEP_S = 0.05
 TARGET_P99_MS = 25.0
 """Issue 7's latency target, drawn on the chart."""
-
-
-@dataclass(frozen=True, slots=True)
-class BenchConfig:
-    """What to run and where."""
-
-    bootstrap: str
-    calls: int = 100_000
-    partitions: int = 8
-    out: Path = Path("bench-results")
-    skip: frozenset[str] = frozenset()
-    paced_s: float = 5.0
-    paced_fractions: tuple[float, ...] = (0.25, 0.4, 0.5)
-    """Latency runs at these fractions of the worker's measured throughput; the highest is
-    the headline figure."""
-    warm_paced_s: float = 90.0
-    sleep_calls_per_slot: int = 40
 
 
 def _worker(cfg: BenchConfig, name: str, run_id: str, **settings: Any) -> Contender:

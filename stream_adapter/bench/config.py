@@ -1,0 +1,33 @@
+"""What one bench run measures and where: plain data, light to import (the CLI reads its
+defaults from here without loading the bench's Kafka clients)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """What to run and where."""
+
+    bootstrap: str
+    calls: int = 100_000
+    partitions: int = 8
+    out: Path = Path("bench-results")
+    skip: frozenset[str] = frozenset()
+    paced_s: float = 5.0
+    paced_fractions: tuple[float, ...] = (0.25, 0.4, 0.5)
+    """Latency runs at these fractions of the worker's measured throughput; the highest is
+    the headline figure."""
+    warm_paced_s: float = 90.0
+    sleep_calls_per_slot: int = 40
+
+
+def default(name: str) -> Any:
+    """A BenchConfig field's default (the CLI's defaults come from here)."""
+    for item in fields(BenchConfig):
+        if item.name == name:
+            return item.default
+    raise KeyError(name)
