@@ -55,6 +55,20 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     local.stop(config)
 
 
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[local.BrokerConfig]:
+    """A broker of this test's own (not started), so killing it disturbs nobody."""
+    config = local.BrokerConfig(
+        home=tmp_path / "kafka",
+        port=local.free_port(),
+        controller_port=local.free_port(),
+        jars_dir=JARS_DIR,
+        heap_mb=384,
+    )
+    yield config
+    local.stop(config, kill=True)
+
+
 @pytest.fixture(scope="module")
 def shared_settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """Settings for a module whose tests share one worker (stateless rows of the spec)."""

@@ -104,7 +104,7 @@ def bench(
                 out=out,
                 skip=frozenset(skip),
                 paced_s=paced_s,
-                paced_fractions=tuple(sorted(paced_fractions)),
+                paced_fractions=paced_fractions,
                 warm_paced_s=warm_paced_s,
             )
             results = asyncio.run(run_bench(cfg, say=click.echo))

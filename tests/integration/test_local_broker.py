@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -19,20 +18,6 @@ from tests.conftest import JARS_DIR
 pytestmark = pytest.mark.skipif(
     not local.shutil.which("java"), reason="the local broker needs Java"
 )
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path) -> local.BrokerConfig:
-    """A broker of this test's own, so killing it disturbs nobody."""
-    config = local.BrokerConfig(
-        home=tmp_path / "kafka",
-        port=local.free_port(),
-        controller_port=local.free_port(),
-        jars_dir=JARS_DIR,
-        heap_mb=384,
-    )
-    yield config
-    local.stop(config, kill=True)
 
 
 async def _produce_and_commit(bootstrap: str) -> None:

@@ -7,29 +7,21 @@ from pathlib import Path
 
 from stream_adapter.broker import local
 from stream_adapter.stream.topics import create_topics
-from tests.harness import ROOT, WorkerProcess, make_settings
+from tests.harness import WorkerProcess, make_settings
 
 STOP_S = 20.0
 """Well under the 60 s the stop took before (mode's shutdown timeout), well over the 2 s seen."""
 
 
-async def test_sigterm_stops_worker_while_broker_is_down(tmp_path: Path) -> None:
-    config = local.BrokerConfig(
-        home=tmp_path / "kafka",
-        port=local.free_port(),
-        controller_port=local.free_port(),
-        jars_dir=ROOT / ".kafka" / "libs",
-    )
-    bootstrap = local.start(config)
+async def test_sigterm_stops_worker_while_broker_is_down(
+    own_broker: local.BrokerConfig, tmp_path: Path
+) -> None:
+    settings = make_settings(local.start(own_broker), tmp_path)
+    await create_topics(settings)
+    worker = WorkerProcess(settings, tmp_path / "work").start()
     try:
-        settings = make_settings(bootstrap, tmp_path)
-        await create_topics(settings)
-        worker = WorkerProcess(settings, tmp_path / "work").start()
-        try:
-            await worker.ready()
-            local.stop(config, kill=True)
-            assert worker.terminate(timeout_s=STOP_S) == 0
-        finally:
-            worker.kill()
+        await worker.ready()
+        local.stop(own_broker, kill=True)
+        assert worker.terminate(timeout_s=STOP_S) == 0
     finally:
-        local.stop(config)
+        worker.kill()
