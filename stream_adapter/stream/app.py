@@ -74,6 +74,18 @@ def _on_job_error(exc: BaseException) -> None:
 JOB_RETRY_CAP_S = 30.0
 
 
+def _job_failed(exc: BaseException | None, message_id: str, attempt: int) -> None:
+    """A job failed for a reason not its message's (None: its send was cancelled) and
+    goes again."""
+    logs.event(
+        logs.ERROR,
+        "job failed; retrying",
+        error_kind=type(exc).__name__ if exc is not None else "Cancelled",
+        message_id=message_id,
+        attempt=attempt,
+    )
+
+
 async def _until_done(
     app: FastApp, delivery: Delivery, message: Any, process: Callable[[Delivery], Awaitable[None]]
 ) -> None:
@@ -97,13 +109,7 @@ async def _until_done(
             if guard is not None:
                 # Its outputs may be in the partition's transaction: redo it from the commit.
                 guard.fail(transactional_id(app, delivery.topic, delivery.partition), exc)
-            logs.event(
-                logs.ERROR,
-                "job failed; retrying",
-                error_kind=type(exc).__name__,
-                message_id=delivery.message_id,
-                attempt=failures,
-            )
+            _job_failed(exc, delivery.message_id, failures)
             logs.log.debug("job failure", exc_info=exc)
             # Exactly once, wait for the rebalance the failure asked for to hand it back.
             backoff_s = min(JOB_RETRY_CAP_S, 0.5 * 2 ** (failures - 1))
@@ -174,10 +180,17 @@ def _handler(
                 await inline.flush()  # the key's earlier replies go first (SPEC §9)
         await schedule(message, _delivery(message), key, work)
 
+    redos: set[asyncio.Task[None]] = set()  # held, so none is collected while it waits
+
+    def redo(message: Any, exc: BaseException | None) -> None:
+        delivery = _delivery(message)
+        _job_failed(exc, delivery.message_id, 1)
+        task = asyncio.ensure_future(schedule(message, delivery, _order_key(message), process))
+        redos.add(task)
+        task.add_done_callback(redos.discard)
+
     if lane is not None:
-        lane.redo = lambda message: asyncio.ensure_future(
-            schedule(message, _delivery(message), _order_key(message), process)
-        )
+        lane.redo = redo
     return on_message
 
 
@@ -188,7 +201,7 @@ class _Lane:
         self._app = app
         self._ctx = ctx
         self._inline: InlineCalls | None = None
-        self.redo: Callable[[Any], object] = lambda message: None
+        self.redo: Callable[[Any, BaseException | None], object] = lambda message, exc: None
 
     async def get(self) -> InlineCalls:
         if self._inline is None:
@@ -196,7 +209,7 @@ class _Lane:
                 self._ctx,
                 cast(Any, self._app.producer)._ensure_producer(),
                 ack=self._app.fast_consumer.ack_all,
-                redo=lambda message: self.redo(message),
+                redo=lambda message, exc: self.redo(message, exc),
             )
             await inline.start()
             self._inline = inline

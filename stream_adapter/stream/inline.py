@@ -67,9 +67,10 @@ class _Batch:
 class InlineCalls:
     """The lane: offer a call; flush at the end of each fetch; drain before a rebalance.
 
-    `ack(messages)` acks calls whose replies the broker acked; `redo(message)` hands a call
-    whose reply never became durable to the scheduled path. Taken calls are not tracked as
-    Faust's unacked messages (a weak set, costly per record): `drain` stands in for that.
+    `ack(messages)` acks calls whose replies the broker acked; `redo(message, exc)` hands a
+    call whose reply never became durable (exc says why; None: its send was cancelled) to the
+    scheduled path. Taken calls are not tracked as Faust's unacked messages (a weak set,
+    costly per record): `drain` stands in for that.
     """
 
     def __init__(
@@ -77,7 +78,7 @@ class InlineCalls:
         ctx: FlowContext,
         producer: Any,
         ack: Callable[[list[Any]], Any],
-        redo: Callable[[Any], Any],
+        redo: Callable[[Any, BaseException | None], Any],
     ) -> None:
         self._ctx = ctx
         self._producer = producer
@@ -256,8 +257,7 @@ class InlineCalls:
                 try:
                     faults.crash_point(faults.CALL_REPLIED)
                 except faults.InjectedFault as exc:
-                    _retrying(exc, message)
-                    self._redo(message)
+                    self._redo(message, exc)
                     continue
                 acked.append(message)
         self._ack(acked)
@@ -266,21 +266,10 @@ class InlineCalls:
     def _failed(self, batch: _Batch, exc: BaseException | None) -> None:
         """A batch that never became durable: its calls go again on the scheduled path."""
         for message in batch.messages:
-            _retrying(exc, message)
-            self._redo(message)
+            self._redo(message, exc)
         self._release(len(batch.messages))
 
     def _release(self, count: int) -> None:
         self._held -= count
         if not self._held:
             self._idle.set()
-
-
-def _retrying(exc: BaseException | None, message: Any) -> None:
-    logs.event(
-        logs.ERROR,
-        "job failed; retrying",
-        error_kind=type(exc).__name__ if exc is not None else "Cancelled",
-        message_id=f"{message.topic}:{message.partition}:{message.offset}",
-        attempt=1,
-    )
