@@ -30,7 +30,7 @@ from stream_adapter.replies import Reply, ok_reply
 from stream_adapter.stream import faults
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.outputs import CONTENT_TYPE
-from stream_adapter.stream.partitioner import partition_for
+from stream_adapter.stream.partitioner import partition_count, partition_for
 from stream_adapter.tools import Tool
 
 BATCH_BYTES = 512 << 10
@@ -102,8 +102,7 @@ class InlineCalls:
     async def start(self) -> None:
         """Learn the replies topic's partition count (once; the lane's partitioner needs it)."""
         if not self._partitions:
-            await self._producer.client._wait_on_metadata(self._topic)
-            self._partitions = len(self._producer.client.cluster.partitions_for_topic(self._topic))
+            self._partitions = await partition_count(self._producer.client, self._topic)
 
     def holds(self, key: Hashable) -> bool:
         """True when a reply of key waits in an unsent batch (send it before the key's next)."""

@@ -20,7 +20,7 @@ from stream_adapter.errors import AdapterError
 from stream_adapter.replies import Reply
 from stream_adapter.stream.commit_gate import current_section
 from stream_adapter.stream.metrics import Metrics
-from stream_adapter.stream.partitioner import partition_for
+from stream_adapter.stream.partitioner import known_partitions, partition_for
 from stream_adapter.stream.transactions import TransactionFailed, transactional_id
 
 CONTENT_TYPE = b"application/json"
@@ -198,8 +198,8 @@ class Outputs:
         partition = None
         if key is not None:
             # aiokafka's own murmur2 reads a byte at a time; ours picks the same partition.
-            partitions = producer.client.cluster.partitions_for_topic(name)
-            if partitions:
-                partition = partition_for(key, len(partitions))
+            count = known_partitions(producer.client, name)
+            if count:
+                partition = partition_for(key, count)
         pending = await producer.send(name, value, key=key, partition=partition, headers=headers)
         await pending

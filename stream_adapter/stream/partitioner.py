@@ -8,6 +8,7 @@ tests/unit/test_partitioner.py checks it against aiokafka's and Kafka's own vect
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from murmurhash2 import murmurhash2 as _murmurhash2
 
@@ -23,3 +24,15 @@ def murmur2(data: bytes) -> int:
 def partition_for(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner picks for key among `partitions` (0..n-1)."""
     return (_hash(key, _SEED) & 0x7FFFFFFF) % partitions
+
+
+def known_partitions(client: Any, topic: str) -> int:
+    """How many partitions an aiokafka client's metadata gives topic; 0 while it has none."""
+    partitions = client.cluster.partitions_for_topic(topic)
+    return len(partitions) if partitions else 0
+
+
+async def partition_count(client: Any, topic: str) -> int:
+    """topic's partition count, fetching its metadata first if the client has none yet."""
+    await client._wait_on_metadata(topic)
+    return known_partitions(client, topic)
