@@ -121,3 +121,27 @@ async def test_b_a_worker_starting_on_a_marker_commits_past_it(
     for sent in later:
         await client.reply_for(run_id=sent.run_id)
     assert await _wait_committed(settings, later[-1].offset + 1) == later[-1].offset + 1
+
+
+async def test_c_calls_of_an_aborted_transaction_never_run(
+    worker: WorkerProcess, client: Client
+) -> None:
+    settings = client.settings
+    run_id = unique("run")  # one run: both replies would share a partition, in order
+
+    async def send(call_id: str) -> Sent:
+        envelope = {"tool": "echo", "arguments": {}, "run_id": run_id, "call_id": call_id}
+        fut = await producer.send(
+            settings.calls_topic, orjson.dumps(envelope), key=b"A", partition=PARTITION
+        )
+        return client.sent(PARTITION, (await fut).offset, run_id=run_id, call_id=call_id)
+
+    async with _transactional(settings) as producer:
+        await producer.begin_transaction()
+        aborted = await send("aborted")
+        await producer.abort_transaction()
+        async with producer.transaction():
+            after = await send("after")
+    await client.reply_for(call_id=after.call_id)
+    assert not client.replies_for(call_id=aborted.call_id), "a call of an aborted transaction ran"
+    assert await _wait_committed(settings, after.offset + 1) == after.offset + 1
