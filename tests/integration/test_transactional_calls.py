@@ -1,6 +1,7 @@
-"""Calls produced in transactions (SPEC §9): each transaction leaves a marker at an offset the
-worker never receives. The commit must step over markers, and only over markers: never over
-a call still running, and never stall on a marker it starts from."""
+"""Calls produced in transactions (SPEC §8, §9): each transaction leaves a marker at an offset
+the worker never receives. The commit must step over markers, and only over markers: never
+over a call still running, and never stall on a marker it starts from. A call of an aborted
+transaction never runs."""
 
 from __future__ import annotations
 
