@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from stream_adapter.errors import ToolUsageError
+from stream_adapter.ids import kafka_message_id
 
 __all__ = [
     "KAFKA_EVENT_SOURCES",
@@ -92,11 +93,6 @@ def is_fifo(event: Mapping[str, Any]) -> bool:
         isinstance(record, Mapping) and str(record.get("eventSourceARN", "")).endswith(".fifo")
         for record in event["Records"]
     )
-
-
-def kafka_message_id(topic: str, partition: int, offset: int) -> str:
-    """The Kafka delivery id, ``topic:partition:offset`` — the same one the topology uses."""
-    return f"{topic}:{partition}:{offset}"
 
 
 def _kafka_value(record: Mapping[str, Any]) -> bytes | str:

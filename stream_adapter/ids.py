@@ -6,7 +6,14 @@ import uuid
 from functools import lru_cache
 from hashlib import blake2b
 
-__all__ = ["approval_id_for", "derive_call_id", "derive_ids", "derive_run_id", "fresh_id"]
+__all__ = [
+    "approval_id_for",
+    "derive_call_id",
+    "derive_ids",
+    "derive_run_id",
+    "fresh_id",
+    "kafka_message_id",
+]
 
 _PERSON = b"stream-adapter"
 
@@ -34,6 +41,11 @@ def _digest(*parts: str) -> str:
     h = _hasher(*parts[:2]).copy()
     h.update(_encoded(parts[2:]))
     return h.hexdigest()
+
+
+def kafka_message_id(topic: str, partition: int, offset: int) -> str:
+    """The delivery id of a Kafka record, ``topic:partition:offset``: stable across redeliveries."""
+    return f"{topic}:{partition}:{offset}"
 
 
 def derive_ids(message_id: str, source: str) -> tuple[str, str]:

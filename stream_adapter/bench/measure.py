@@ -16,7 +16,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from stream_adapter.stream.partitioner import partition_for
+from stream_adapter.partitions import partition_for
 
 PAD = "x" * 120  # brings an echo envelope to about 200 bytes
 MIN_SPAN_S = 0.1

@@ -14,6 +14,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
+from stream_adapter.partitions import topic_partitions
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import approval_requests_topic
 
@@ -50,11 +51,7 @@ def _consumer(
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    partitions = consumer.partitions_for_topic(topic)
-    if not partitions:
-        await consumer._client.force_metadata_update()
-        partitions = consumer.partitions_for_topic(topic) or set()
-    return [TopicPartition(topic, p) for p in sorted(partitions)]
+    return [TopicPartition(topic, p) for p in await topic_partitions(consumer, topic)]
 
 
 class ReplyReader:

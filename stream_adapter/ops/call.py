@@ -17,6 +17,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from stream_adapter.envelope import parse_envelope
+from stream_adapter.ids import kafka_message_id
 from stream_adapter.ops.topic import consumer, partitions
 from stream_adapter.replies import Reply
 from stream_adapter.settings import Settings
@@ -77,7 +78,7 @@ async def call(
             meta = await producer.send_and_wait(settings.calls_topic, orjson.dumps(body), key=key)
         finally:
             await producer.stop()
-        message_id = f"{settings.calls_topic}:{meta.partition}:{meta.offset}"
+        message_id = kafka_message_id(settings.calls_topic, meta.partition, meta.offset)
         envelope = parse_envelope(body, message_id=message_id, source=settings.source)
         result = CallResult(message_id, envelope.run_id, envelope.call_id)
         await _follow(replies, result, wait_s, on_reply)

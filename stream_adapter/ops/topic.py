@@ -9,6 +9,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from stream_adapter.errors import BrokerError
+from stream_adapter.partitions import topic_partitions
 from stream_adapter.settings import Settings
 
 
@@ -26,13 +27,10 @@ def consumer(settings: Settings) -> AIOKafkaConsumer:
 
 async def partitions(client: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
     """Every partition of topic; BrokerError when the topic does not exist."""
-    found = client.partitions_for_topic(topic)
-    if not found:
-        cluster = await client._client.fetch_all_metadata()
-        found = cluster.partitions_for_topic(topic)
+    found = await topic_partitions(client, topic)
     if not found:
         raise BrokerError(f"topic {topic!r} does not exist (run `stream-adapter topics create`)")
-    return [TopicPartition(topic, p) for p in sorted(found)]
+    return [TopicPartition(topic, p) for p in found]
 
 
 async def read_to_end(settings: Settings, topic: str) -> AsyncIterator[Any]:

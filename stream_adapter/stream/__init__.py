@@ -1,1 +1,1 @@
-"""The Kafka topology layer: Faust app, agents, topics. The only place Faust is imported."""
+"""The Kafka topology: the tool-call and approval flows, on the engine (engine/)."""

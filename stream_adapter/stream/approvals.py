@@ -33,74 +33,33 @@ from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import SignatureError
 from stream_adapter.stream.calls import PARK, RESUME
 from stream_adapter.stream.context import FlowContext
+from stream_adapter.stream.engine import Delivery, DurableTable, Headers
 from stream_adapter.stream.faults import APPROVED_RAN, PARKED, RUNNING, crash_point
-from stream_adapter.stream.outputs import Delivery, Headers, Outputs
 from stream_adapter.stream.tracing import as_headers
-from stream_adapter.stream.transactions import TransactionGuard
 
 
 class ApprovalTable:
-    """The Faust table of approval records (bytes keys and values), with durable writes.
+    """The approvals table: approval records by approval_id, each write durable before it counts.
 
-    In exactly-once mode a write in a transaction reaches the local store only once that
-    transaction commits (`staged` until then, and read through): the store never holds what
-    an abort took back, so a record found there was committed, with the reply written in
-    the same transaction (see `ApprovalFlow._park`).
+    Exactly once, a record found here was committed, with the reply written in the same
+    transaction (engine's `DurableTable`; see `ApprovalFlow._park`).
     """
 
-    def __init__(self, table: Any, outputs: Outputs, guard: TransactionGuard | None = None) -> None:
+    def __init__(self, table: DurableTable) -> None:
         self._table = table
-        self._outputs = outputs
-        self._staged: dict[str, dict[bytes, tuple[int, bytes]]] = {}  # by transactional id
-        if guard is not None:
-            guard.on_commit.append(self._committed)
-            guard.on_reset.append(self._staged.clear)
 
     def get(self, approval_id: str) -> ApprovalRecord | None:
-        key = approval_id.encode()
-        raw = None
-        for writes in self._staged.values():
-            if key in writes:
-                raw = writes[key][1]
-        if raw is None:
-            raw = self._table.get(key)
+        raw = self._table.get(approval_id.encode())
         return None if raw is None else ApprovalRecord.from_bytes(raw)
 
     async def put(self, record: ApprovalRecord, partition: int, *, now: bool = False) -> None:
         """Store record and wait until its changelog entry is acknowledged by the broker.
 
-        In exactly-once mode the entry joins the event's transaction, except with `now`: the
-        running mark goes outside it, or a crash would abort it and let the redelivered
-        decision run the call a second time.
+        Exactly once the entry joins the event's transaction, except with `now`: the running
+        mark goes outside it, or a crash would abort it and let the redelivered decision run
+        the call a second time.
         """
-        key, value = record.approval_id.encode(), record.to_bytes()
-        if not self._outputs.exactly_once:
-            self._table.data[key] = value
-            await self._table.send_changelog(partition, key, value)
-            return
-        topic = self._table.changelog_topic.get_topic_name()
-        if now:
-            self._table.data[key] = value
-            for writes in self._staged.values():
-                writes.pop(key, None)
-            await self._outputs.outside_transaction(topic, key, value, partition)
-            return
-        await self._outputs.in_transaction(topic, key, value, partition=partition)
-        # Staged only once sent: a commit waiting for the send would apply it too early, and
-        # nothing can commit between the send and this job's ack (commit_gate.py).
-        tid = self._outputs.transaction_of_current()
-        self._staged.setdefault(tid, {})[key] = (partition, value)
-
-    def _committed(self, transactional_id: str) -> None:
-        store = self._table.data
-        for key, (partition, value) in self._staged.pop(transactional_id, {}).items():
-            if hasattr(store, "_db_for_partition"):
-                # Outside any event: Faust's RocksDB store takes the partition from the
-                # current event, so write to the partition's database as it would.
-                store._key_index[key] = partition
-                store._db_for_partition(partition).put(key, value)
-            else:
-                store[key] = value
+        await self._table.put(record.approval_id.encode(), record.to_bytes(), partition, now=now)
 
 
 class ApprovalFlow:

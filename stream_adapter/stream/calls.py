@@ -14,8 +14,8 @@ from stream_adapter.errors import AdapterError
 from stream_adapter.ids import approval_id_for, derive_ids
 from stream_adapter.replies import Reply
 from stream_adapter.stream.context import FlowContext
+from stream_adapter.stream.engine import Delivery, Headers
 from stream_adapter.stream.faults import CALL_REPLIED, crash_point
-from stream_adapter.stream.outputs import Delivery, Headers
 from stream_adapter.stream.tracing import traceparent
 from stream_adapter.tools import Tool
 

@@ -12,9 +12,9 @@ from stream_adapter.replies import Reply, error_reply_body, ok_reply
 from stream_adapter.retries import RetryPolicy, attempt
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
-from stream_adapter.stream.keyed import Slots
+from stream_adapter.stream.engine import Delivery, Headers, Slots
 from stream_adapter.stream.metrics import Metrics
-from stream_adapter.stream.outputs import Delivery, Headers, Outputs
+from stream_adapter.stream.outputs import Outputs
 from stream_adapter.stream.tracing import Tracing
 from stream_adapter.tools import Tool
 

@@ -6,9 +6,9 @@ futures and an awaited send per reply), not the tool. A plain call whose tool ca
 Its reply joins a record batch for its reply partition; the batches go to the producer at the
 end of each fetch, or earlier when a later call of the same key takes the scheduled path; the
 calls are acked when the broker acks their batch (SPEC §8). Everything else is handed back to
-the scheduled path (app.py): another tool, a failure (its retries go on there), a key whose
-earlier call is still scheduled, tracing, and exactly-once mode, where replies belong to
-transactions.
+the scheduled path (the route's jobs): another tool, a failure (its retries go on there), a
+key whose earlier call is still scheduled, tracing, and exactly-once mode, where replies
+belong to transactions.
 """
 
 from __future__ import annotations
@@ -17,20 +17,27 @@ import asyncio
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
-from aiokafka.producer.message_accumulator import BatchBuilder
-from aiokafka.structs import TopicPartition
 
 from stream_adapter import logs
 from stream_adapter.envelope import Envelope, parse_envelope
 from stream_adapter.errors import AdapterError
+from stream_adapter.partitions import partition_for
 from stream_adapter.replies import Reply, ok_reply
 from stream_adapter.stream import faults
+from stream_adapter.stream.calls import process_call, send_reply
 from stream_adapter.stream.context import FlowContext
+from stream_adapter.stream.engine import (
+    BatchSender,
+    LaneLinks,
+    Process,
+    RecordBatch,
+    message_id_of,
+)
 from stream_adapter.stream.outputs import CONTENT_TYPE
-from stream_adapter.stream.partitioner import partition_count, partition_for
 from stream_adapter.tools import Tool
 
 BATCH_BYTES = 512 << 10
@@ -59,7 +66,7 @@ NOT_INLINE = Handoff()
 
 @dataclass(slots=True)
 class _Batch:
-    builder: BatchBuilder
+    records: RecordBatch
     messages: list[Any] = field(default_factory=list)
     tools: dict[str, int] = field(default_factory=dict)
 
@@ -76,12 +83,12 @@ class InlineCalls:
     def __init__(
         self,
         ctx: FlowContext,
-        producer: Any,
+        sender: BatchSender,
         ack: Callable[[list[Any]], Any],
         redo: Callable[[Any, BaseException | None], Any],
     ) -> None:
         self._ctx = ctx
-        self._producer = producer
+        self._sender = sender
         self._ack = ack
         self._redo = redo
         self._topic = ctx.settings.replies_topic
@@ -102,16 +109,32 @@ class InlineCalls:
     async def start(self) -> None:
         """Learn the replies topic's partition count (once; the lane's partitioner needs it)."""
         if not self._partitions:
-            self._partitions = await partition_count(self._producer.client, self._topic)
+            self._partitions = await self._sender.partition_count(self._topic)
 
     def holds(self, key: Hashable) -> bool:
         """True when a reply of key waits in an unsent batch (send it before the key's next)."""
         return key in self._keys
 
-    def offer(self, message: Any, key: Hashable) -> Handoff | None:
+    def offer(self, message: Any, key: Hashable) -> Process | None:
+        """Run the call if it can be run here; None when taken, else the scheduled work."""
+        handoff = self.take(message, key)
+        return None if handoff is None else self.resume(handoff)
+
+    def resume(self, handoff: Handoff) -> Process:
+        """The scheduled work for a call the lane handed on."""
+        ctx = self._ctx
+        if handoff.reply is not None:
+            reply = handoff.reply
+            return lambda delivery: send_reply(ctx, delivery, reply)
+        envelope, failed = handoff.envelope, handoff.failed
+        if envelope is None:
+            return lambda delivery: process_call(ctx, delivery)
+        return lambda delivery: process_call(ctx, delivery, envelope=envelope, failed=failed)
+
+    def take(self, message: Any, key: Hashable) -> Handoff | None:
         """Run the call if it can be run here; None when done, else what to hand on."""
         ctx = self._ctx
-        message_id = f"{message.topic}:{message.partition}:{message.offset}"
+        message_id = message_id_of(message)
         try:
             envelope = parse_envelope(message.value, message_id=message_id, source=self._source)
         except AdapterError:
@@ -166,19 +189,13 @@ class InlineCalls:
         headers = [("message-id", message_id.encode()), ("content-type", CONTENT_TYPE)]
         batch = self._batches.get(partition)
         if batch is None:
-            batch = self._batches[partition] = _Batch(self._builder())
-        if batch.builder.append(timestamp=None, key=key, value=value, headers=headers) is None:
+            batch = self._batches[partition] = _Batch(RecordBatch(BATCH_BYTES))
+        if not batch.records.append(key, value, headers):
             self._full.append((partition, batch))
-            batch = self._batches[partition] = _Batch(self._builder())
-            batch.builder.append(timestamp=None, key=key, value=value, headers=headers)
+            batch = self._batches[partition] = _Batch(RecordBatch(BATCH_BYTES))
+            batch.records.append(key, value, headers)
         batch.messages.append(message)
         batch.tools[tool] = batch.tools.get(tool, 0) + 1
-
-    @staticmethod
-    def _builder() -> BatchBuilder:
-        return BatchBuilder(
-            BATCH_BYTES, 0, is_transactional=False, key_serializer=None, value_serializer=None
-        )
 
     async def flush(self, *, wait: bool = True) -> None:
         """Hand batches to the producer; their calls are acked when the broker acks them.
@@ -194,20 +211,17 @@ class InlineCalls:
             self._full, self._batches = [], {}
             busy: set[int] = set()
             if not wait:
-                unsent = self._producer._message_accumulator._batches
-                busy = {p for p, _ in ready if unsent.get(TopicPartition(self._topic, p))}
+                busy = self._sender.unsent(self._topic, (p for p, _ in ready))
             for partition, batch in ready:
                 if partition in busy:
                     self._keep(partition, batch)
                     continue
                 try:
-                    sent = await self._producer.send_batch(
-                        batch.builder, self._topic, partition=partition
-                    )
+                    sent = await self._sender.send(batch.records, self._topic, partition)
                 except Exception as exc:  # the producer refused it: these calls go again
                     self._failed(batch, exc)
                     continue
-                sent.add_done_callback(lambda fut, batch=batch: self._sent(batch, fut))
+                sent.add_done_callback(partial(self._sent, batch))
             if busy:
                 self._tick_soon()
             else:
@@ -272,3 +286,10 @@ class InlineCalls:
         self._held -= count
         if not self._held:
             self._idle.set()
+
+
+async def inline_lane(ctx: FlowContext, links: LaneLinks) -> InlineCalls:
+    """The calls route's lane (built by the route on the worker's loop at its first record)."""
+    lane = InlineCalls(ctx, links.sender, ack=links.ack, redo=links.redo)
+    await lane.start()
+    return lane

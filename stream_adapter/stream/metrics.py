@@ -3,7 +3,7 @@
 The hot path only increments label children bound once per (tool, status) and cached in a
 dict, so a call costs a few dict look-ups and lock-free-ish increments, never an await.
 Pending approvals and consumer lag are not tracked per event: a collector reads them from the
-approvals table and the Faust consumer when Prometheus scrapes, so they stay right across
+approvals table and the consumer when Prometheus scrapes, so they stay right across
 restarts and rebalances (the table is restored from its changelog, not from counters).
 
 Label values are bounded: a tool name becomes a label only when the executor knows it (an
@@ -132,10 +132,15 @@ class Metrics:
         self.approval_wait.labels(self.label(tool), verdict).observe(max(0.0, waited))
 
     def watch(
-        self, app: Any, table: Any, topics: Iterable[str], *, pending_every_s: float = 10.0
+        self,
+        lags: Callable[[], Iterable[tuple[str, int, int]]],
+        approvals: Callable[[], Iterable[bytes]],
+        *,
+        pending_every_s: float = 10.0,
     ) -> None:
-        """Read pending approvals from table and lag from app's consumer at scrape time."""
-        self.registry.register(_ScrapeCollector(app, table, frozenset(topics), pending_every_s))
+        """At scrape time, read consumer lag from lags() ((topic, partition, lag) of each
+        assigned input partition) and pending approvals from approvals() (record bytes)."""
+        self.registry.register(_ScrapeCollector(lags, approvals, pending_every_s))
 
 
 def count_pending(values: Iterable[bytes]) -> int:
@@ -193,10 +198,14 @@ class _LoopHistogram(Collector):
 class _ScrapeCollector(Collector):
     """Pending approvals (from the local table partitions) and per-partition consumer lag."""
 
-    def __init__(self, app: Any, table: Any, topics: frozenset[str], every_s: float) -> None:
-        self._app = app
-        self._table = table
-        self._topics = topics
+    def __init__(
+        self,
+        lags: Callable[[], Iterable[tuple[str, int, int]]],
+        approvals: Callable[[], Iterable[bytes]],
+        every_s: float,
+    ) -> None:
+        self._lags = lags
+        self._approvals = approvals
         self._every_s = every_s
         self._pending: tuple[float, int] | None = None
 
@@ -233,19 +242,6 @@ class _ScrapeCollector(Collector):
         now = time.monotonic()
         if self._pending is not None and now - self._pending[0] < self._every_s:
             return self._pending[1]
-        count = count_pending(self._table.data.values())
+        count = count_pending(self._approvals())
         self._pending = (now, count)
         return count
-
-    def _lags(self) -> list[tuple[str, int, int]]:
-        consumer = self._app.consumer
-        out: list[tuple[str, int, int]] = []
-        for tp in sorted(consumer.assignment()):
-            if tp.topic not in self._topics:
-                continue
-            end = consumer.highwater(tp)
-            if end is None:
-                continue
-            committed = consumer._committed_offset.get(tp)
-            out.append((tp.topic, tp.partition, max(0, end - (committed or 0))))
-        return out

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from stream_adapter import logs
-from stream_adapter.stream.outputs import Headers
+from stream_adapter.stream.engine import Headers
 
 
 class Tracing:

@@ -1,18 +1,15 @@
 """The worker's small HTTP server: `/metrics` (Prometheus text format) and `/health`.
 
 Faust's own web server stays disabled: its default views expose table contents (approval
-arguments) and routing internals. This is a plain aiohttp site started as a Faust app
-service, so it runs for the worker's whole life and stops with it. A port already in use
+arguments) and routing internals. This is a plain aiohttp site started and stopped with the
+app (`App.add_service`), so it runs for the worker's whole life. A port already in use
 (two workers of one host on the same settings) only costs this worker its metrics; it never
 stops the worker.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
-from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from stream_adapter import logs
@@ -35,17 +32,16 @@ def metrics_app(metrics: Metrics) -> web.Application:
     return app
 
 
-class MetricsServer(Service):
-    """Serves metrics on host:port while the Faust app runs; port 0 turns it off."""
+class MetricsServer:
+    """Serves metrics on host:port while the app runs; port 0 turns it off."""
 
-    def __init__(self, metrics: Metrics, host: str, port: int, **kwargs: Any) -> None:
+    def __init__(self, metrics: Metrics, host: str, port: int) -> None:
         self._metrics = metrics
         self._host = host
         self._port = port
         self._runner: web.AppRunner | None = None
-        super().__init__(**kwargs)
 
-    async def on_start(self) -> None:
+    async def start(self) -> None:
         if self._port == 0:
             return
         runner = web.AppRunner(metrics_app(self._metrics), access_log=None)
@@ -59,7 +55,7 @@ class MetricsServer(Service):
         self._runner = runner
         logs.event(logs.INFO, "metrics server listening", host=self._host, port=self._port)
 
-    async def on_stop(self) -> None:
+    async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -1,4 +1,4 @@
-"""Run a topology's Faust app as a worker process (`stream-adapter worker`)."""
+"""Run a topology's app as a worker process (`stream-adapter worker`)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,9 @@ from typing import Any
 from stream_adapter.errors import BrokerError
 from stream_adapter.settings import Settings
 
-_FAUST_LEVELS = {
-    "debug": "debug",
-    "info": "info",
-    "warning": "warn",
-    "error": "error",
-    "critical": "crit",
-}
-
 
 def load_topology(settings: Settings) -> Any:
-    """Import the topology module named by the settings and return its Faust `app`."""
+    """Import the topology module named by the settings and return its `app`."""
     try:
         module = importlib.import_module(settings.topology)
     except ImportError as exc:
@@ -33,23 +25,19 @@ def load_topology(settings: Settings) -> Any:
 
 def run_worker(settings: Settings) -> None:
     """Run the worker until SIGTERM or SIGINT; in-flight calls finish before the last commit."""
-    from faust.worker import Worker
-
     from stream_adapter.logs import configure_logging
+    from stream_adapter.stream.engine.worker import run
 
     # The topology module reads its settings from the environment: pass CLI overrides on.
     os.environ.update(settings.to_env())
     settings.data_dir.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
     app = load_topology(settings)
-    worker = Worker(
-        app, loglevel=_FAUST_LEVELS[settings.log_level], quiet=True, override_logging=False
-    )
-    # Faust's start-up spinner writes terminal escapes into the log stream (a JSON-lines
-    # reader would choke on them); a service logs "Ready" instead.
-    worker.spinner = None
-    configure_logging(settings.log_level, settings.log_format)
-    _tune_gc()
-    worker.execute_from_commandline()
+
+    def before() -> None:
+        configure_logging(settings.log_level, settings.log_format)
+        _tune_gc()
+
+    run(app, settings.log_level, before)
 
 
 GC_THRESHOLDS = (20_000, 50, 100)

@@ -48,6 +48,7 @@ MODULE_LEVEL_ONLY = {
     "derive_ids",
     "derive_run_id",
     "fresh_id",
+    "kafka_message_id",
     "ok_reply",
     "pending_reply",
     "already_done_reply",

@@ -8,10 +8,11 @@ from typing import Any
 from stream_adapter.approvals import new_record
 from stream_adapter.envelope import Envelope
 from stream_adapter.stream.approvals import ApprovalTable
-from stream_adapter.stream.transactions import TransactionGuard
+from stream_adapter.stream.engine import DurableTable
+from stream_adapter.stream.engine.commits.transactions import TransactionGuard
 
 
-class _Outputs:
+class _Sender:
     exactly_once = True
 
     def __init__(self) -> None:
@@ -22,6 +23,10 @@ class _Outputs:
 
     async def in_transaction(self, topic: str, key: bytes, value: bytes, **_: Any) -> None:
         self.sent.append((topic, key))
+
+
+def _approvals(faust_table: Any, sender: Any, guard: TransactionGuard) -> ApprovalTable:
+    return ApprovalTable(DurableTable(faust_table, sender, guard))
 
 
 def _table() -> Any:
@@ -38,8 +43,8 @@ def _record() -> Any:
 
 async def test_a_write_reaches_the_store_when_its_transaction_commits() -> None:
     guard = TransactionGuard(lambda: None)
-    faust_table, outputs = _table(), _Outputs()
-    table = ApprovalTable(faust_table, outputs, guard)
+    faust_table, outputs = _table(), _Sender()
+    table = _approvals(faust_table, outputs, guard)
     record = _record()
     await table.put(record, 0)
     assert outputs.sent == [("cl", record.approval_id.encode())]
@@ -52,7 +57,7 @@ async def test_a_write_reaches_the_store_when_its_transaction_commits() -> None:
 async def test_a_write_in_a_dropped_transaction_never_reaches_the_store() -> None:
     guard = TransactionGuard(lambda: None)
     faust_table = _table()
-    table = ApprovalTable(faust_table, _Outputs(), guard)
+    table = _approvals(faust_table, _Sender(), guard)
     record = _record()
     await table.put(record, 0)
     await guard.reset(SimpleNamespace(_transaction_producers={}))

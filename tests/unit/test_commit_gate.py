@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from stream_adapter.stream.commit_gate import CommitGate, OutputSection
+from stream_adapter.stream.engine.commits.gate import CommitGate, OutputSection
 
 
 async def test_a_message_without_outputs_does_not_let_the_next_pass_an_earlier_one() -> None:

@@ -19,7 +19,8 @@ from faust.transport.consumer import Consumer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_adapter.stream.commits import FAUST_NEW_OFFSET, new_offset, patch_new_offset
+from stream_adapter.stream.engine import patches
+from stream_adapter.stream.engine.commits.offsets import new_offset
 
 TP = ("calls", 0)
 
@@ -36,18 +37,18 @@ def _consumer(committed: int | None, acked: list[int]) -> SimpleNamespace:
 
 
 def test_an_unfinished_head_message_holds_the_commit() -> None:
-    patch_new_offset()
+    patches.install()
     assert Consumer._new_offset(_consumer(74, [75, 76]), TP) is None
 
 
 def test_contiguous_acks_from_the_committed_offset_commit() -> None:
-    patch_new_offset()
+    patches.install()
     assert Consumer._new_offset(_consumer(74, [74, 75, 77]), TP) == 76
     assert Consumer._new_offset(_consumer(None, [0, 1]), TP) == 2
 
 
 def test_a_marker_at_the_committed_offset_is_stepped_over_but_not_the_call_after_it() -> None:
-    patch_new_offset()
+    patches.install()
     consumer = _consumer(2, [4])  # 2: a transaction's marker; 3 still runs; 4 done
     consumer._gap[TP].addi(2, 3)
     assert Consumer._new_offset(consumer, TP) == 3
@@ -63,7 +64,7 @@ def _faust_with_head_rule(consumer: SimpleNamespace, tp: tuple[str, int]) -> int
     acked = consumer._acked[tp]
     if committed is not None and acked and min(acked) > committed:
         return None
-    faust_new_offset = getattr(Consumer, FAUST_NEW_OFFSET)
+    faust_new_offset = patches.original(Consumer, "_new_offset")
     result: int | None = faust_new_offset(consumer, tp)
     return result
 
@@ -98,7 +99,7 @@ def _partition_state(draw: st.DrawFn) -> tuple[int | None, list[int], list[int]]
 def test_the_commit_is_the_end_of_the_done_run_from_the_committed_offset(
     state: tuple[int | None, list[int], list[int]],
 ) -> None:
-    patch_new_offset()
+    patches.install()
     committed, acked, gaps = state
     ours = _consumer(committed, acked)
     for gap in gaps:
@@ -115,7 +116,7 @@ def test_the_commit_is_the_end_of_the_done_run_from_the_committed_offset(
 def test_without_gaps_the_bisection_commits_what_faust_with_the_head_rule_commits(
     state: tuple[int | None, list[int], list[int]],
 ) -> None:
-    patch_new_offset()
+    patches.install()
     committed, acked, _ = state
     ours, theirs = _consumer(committed, acked), _consumer(committed, acked)
     assert new_offset(ours, TP) == _faust_with_head_rule(theirs, TP)

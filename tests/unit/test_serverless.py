@@ -26,7 +26,7 @@ from stream_adapter.approvals import ApprovalState
 from stream_adapter.events import EventKind, event_kind
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
-from stream_adapter.stream.outputs import Delivery
+from stream_adapter.stream.engine import Delivery
 from tests.unit.aws_events import LambdaContext, eventbridge_event, kafka_event, sqs_event
 
 OK = {"tool": "ok", "arguments": {"n": 1}}

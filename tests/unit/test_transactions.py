@@ -12,7 +12,8 @@ from faust.transport.consumer import TransactionManager
 from faust.transport.drivers.aiokafka import Producer
 from faust.types import TP
 
-from stream_adapter.stream.transactions import TransactionGuard, guard_transactions
+from stream_adapter.stream.engine import patches
+from stream_adapter.stream.engine.commits.transactions import TransactionGuard
 
 
 class _TxnProducer:
@@ -40,8 +41,8 @@ def _faust_producer(current: _TxnProducer, fresh: _TxnProducer) -> Any:
 
 
 async def test_a_fatal_producer_is_stopped_and_a_fresh_one_begins() -> None:
-    guard_transactions()
-    guard_transactions()  # idempotent: wrapped once
+    patches.install()
+    patches.install()  # idempotent: wrapped once
     fatal, fresh = _TxnProducer(TransactionState.FATAL_ERROR), _TxnProducer(TransactionState.READY)
     faust_producer = _faust_producer(fatal, fresh)
     await Producer.begin_transaction(faust_producer, "t-0")
@@ -51,7 +52,7 @@ async def test_a_fatal_producer_is_stopped_and_a_fresh_one_begins() -> None:
 
 
 async def test_a_healthy_producer_is_kept() -> None:
-    guard_transactions()
+    patches.install()
     ready, unused = _TxnProducer(TransactionState.READY), _TxnProducer(TransactionState.READY)
     faust_producer = _faust_producer(ready, unused)
     faust_producer._trn_locks["t-0"] = asyncio.Lock()
@@ -90,7 +91,7 @@ def _tp(partition: int) -> TP:
 
 
 async def test_a_failed_transaction_is_never_committed_and_the_group_rejoins() -> None:
-    guard_transactions()
+    patches.install()
     rejoins: list[int] = []
     guard = TransactionGuard(lambda: rejoins.append(1))
     producer = _Committing()
@@ -104,7 +105,7 @@ async def test_a_failed_transaction_is_never_committed_and_the_group_rejoins() -
 
 
 async def test_a_commit_that_raises_fails_its_transactions_instead_of_crashing() -> None:
-    guard_transactions()
+    patches.install()
     rejoins: list[int] = []
     guard = TransactionGuard(lambda: rejoins.append(1))
     manager = _Guarded(guard, _Committing(RuntimeError("fenced")))
@@ -126,7 +127,7 @@ async def test_a_rebalance_drops_every_producer_not_idle_and_forgets_failures() 
 
 
 async def test_concurrent_first_begins_build_one_producer() -> None:
-    guard_transactions()
+    patches.install()
     built: list[_TxnProducer] = []
 
     def new_producer(transactional_id: str) -> _TxnProducer:
@@ -144,7 +145,7 @@ async def test_concurrent_first_begins_build_one_producer() -> None:
 
 
 async def test_offsets_alone_are_committed_in_a_transaction_begun_for_them() -> None:
-    guard_transactions()
+    patches.install()
     producer = _Committing()
     idle = _TxnProducer(TransactionState.READY)
     busy = _TxnProducer(TransactionState.IN_TRANSACTION)

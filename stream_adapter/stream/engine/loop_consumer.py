@@ -1,12 +1,10 @@
 """Faust's aiokafka consumer "thread", run as a service in the worker's own event loop.
 
 Faust runs the aiokafka consumer in a thread with its own loop, and every fetch, commit and
-seek crosses over: a queued call, two self-pipe wake-ups and a GIL hand-off each way. At
-30,000 calls/s paced (a fetch every few milliseconds) those crossings and the two threads
-contending for one GIL were most of the worker's latency: p99 from call append to reply
-append 32-45 ms with the thread, 17-21 ms here, three runs each side by side (docs/bench.md).
-In one loop, aiokafka's fetcher, heartbeat and rebalance tasks interleave with the worker's
-code like any other task; a round yields at least every `ROUND_SLICE_S` (fastpath.py).
+seek crosses over: a queued call, two self-pipe wake-ups and a GIL hand-off each way, most of
+a fast call's latency (figures in docs/bench.md). In one loop, aiokafka's fetcher, heartbeat
+and rebalance tasks interleave with the worker's code like any other task; a round yields at
+least every `ROUND_SLICE_S` (consumer.py).
 """
 
 from __future__ import annotations
@@ -42,10 +40,9 @@ class LoopConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         """Faust's consumer, but reading committed records only, whatever the guarantee.
 
-        Faust reads uncommitted records unless the app itself is exactly-once, so calls an
-        agent produced in a transaction and then aborted ran anyway
-        (tests/integration/test_transactional_calls.py). Where no producer uses transactions
-        the two levels read the same records, as soon.
+        Faust reads uncommitted records unless the app itself is exactly-once, so calls a
+        producer wrote in a transaction and then aborted would run. Where no producer uses
+        transactions the two levels read the same records, as soon.
         """
         consumer = super()._create_worker_consumer(transport)
         consumer._isolation_level = "read_committed"  # the fetcher takes it at start()
@@ -59,9 +56,9 @@ class LoopConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     async def _shutdown_thread(self) -> None:
         """mode's, but the app's stop is told the consumer is down however its stop ended.
 
-        mode signals it only after the consumer's stop returns. With the broker killed, that
-        stop ended in a CancelledError instead, and SIGTERM took the app's whole 60 s shutdown
-        timeout (62 s measured; 2 s with this).
+        mode signals it only after the consumer's stop returns; with the broker gone that stop
+        can end in a CancelledError, and SIGTERM would then wait out the app's whole shutdown
+        timeout (tests/integration/test_stop_without_broker.py).
         """
         try:
             await self.on_thread_stop()

@@ -1,11 +1,11 @@
-"""Faust for groups, tables and commits; our own per-message path for the topology's topics.
+"""The consumer: Faust's fetching, offset bookkeeping, acks and commits, with a direct route.
 
 Faust hands each fetched record to its conductor through `wait_first`, which starts four
 asyncio tasks per record, then builds an Event, queues it and lets a Stream pull it out
-again; on two cores that, not the tool, caps a stock agent at a few thousand calls a second.
-`FastConsumer` keeps Faust's fetching, offset-gap bookkeeping, acks and commits, and hands
-records of registered topics straight to a handler: tracked as unacked (so rebalances and
-shutdown wait for them, `stream_wait_empty`), acked through the consumer when done.
+again. `FastConsumer` keeps Faust's fetching, offset-gap bookkeeping, acks and commits, and
+hands records of routed topics straight to a handler (engine/routes.py): tracked as unacked,
+so rebalances and shutdown wait for them (`stream_wait_empty`), acked through the consumer
+when done. Topics with no route (a user's own agents) go through Faust's conductor as usual.
 """
 
 from __future__ import annotations
@@ -13,20 +13,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
-import faust
 from aiokafka.errors import IllegalStateError
-from faust import streams as faust_streams
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
 from stream_adapter import logs
-from stream_adapter.stream.commit_gate import CommitGate
-from stream_adapter.stream.loop_consumer import LoopConsumerThread
-from stream_adapter.stream.transactions import TransactionGuard
+from stream_adapter.stream.engine.commits.gate import CommitGate
+from stream_adapter.stream.engine.loop_consumer import LoopConsumerThread
 
 ROUND_SLICE_S = 0.05
 """Longest a round holds the event loop without yielding: the consumer's heartbeats and
@@ -174,9 +171,8 @@ class FastConsumer(faust_aiokafka.Consumer):
         records): count them as done, so they do not hold the committed offset back.
 
         Faust's `_add_gap` counts the record that revealed the gap as done too (its interval
-        ends one past it): a commit could then pass that call while it still ran, and a
-        worker starting on a marker never stepped over it (tests/integration/
-        test_transactional_calls.py). Here the interval is exact.
+        ends one past it), so a commit could pass that record while it still ran; here the
+        interval is exact (docs/faust-patches.md).
         """
         if not self.app.topics.acks_enabled_for(tp.topic):
             return
@@ -238,9 +234,8 @@ class FastConsumer(faust_aiokafka.Consumer):
     async def _fetch_after_seek(self, records: Mapping[Any, list[Any]]) -> None:
         """Records fetched while a seek ran: from before it or after it, no telling. Faust
         sets the read offsets only once the seek is done, so handed on they could pass the
-        `offset < last` check a second time, and be processed twice (the exactly-once chaos
-        run saw a whole fetch answered twice after a recovery). Fetch them again from where
-        the seek left each partition (its read offset), or from the first of them."""
+        `offset < last` check a second time, and be processed twice. Fetch them again from
+        where the seek left each partition (its read offset), or from the first of them."""
         await self._seeking.wait()
         again: dict[Any, int] = {}
         for tp, batch in records.items():
@@ -258,7 +253,7 @@ class FastConsumer(faust_aiokafka.Consumer):
 
     async def commit(self, *args: Any, **kwargs: Any) -> bool:
         """Faust's commit, held while a job is between its first transactional send and its
-        ack (exactly-once mode; see commit_gate.py)."""
+        ack (exactly-once mode; see commits/gate.py)."""
         gate: CommitGate | None = getattr(self.app, "commit_gate", None)
         if gate is None:
             return bool(await super().commit(*args, **kwargs))
@@ -270,7 +265,7 @@ class FastConsumer(faust_aiokafka.Consumer):
 
         Faust forgets the acked offsets of revoked partitions and only then waits for the
         running jobs and commits: their replies would be committed without their offsets,
-        and answered again by the next owner (transactions.py).
+        and answered again by the next owner (commits/transactions.py).
         """
         eos = getattr(self.app, "commit_gate", None) is not None
         if eos and not self.app.should_stop and self.assignment():
@@ -279,6 +274,20 @@ class FastConsumer(faust_aiokafka.Consumer):
         await super().on_partitions_revoked(revoked)
         for tp in revoked:
             self._expected.pop(tp, None)
+
+    def lags(self, topics: frozenset[str]) -> list[tuple[str, int, int]]:
+        """(topic, partition, messages after the committed offset) of each assigned partition
+        of topics whose highwater is known."""
+        out: list[tuple[str, int, int]] = []
+        for tp in sorted(self.assignment()):
+            if tp.topic not in topics:
+                continue
+            end = self.highwater(tp)
+            if end is None:
+                continue
+            committed = self._committed_offset.get(tp)
+            out.append((tp.topic, tp.partition, max(0, end - (committed or 0))))
+        return out
 
     def request_rejoin(self) -> None:
         """Have the group rebalance, so every partition restarts from its committed offset."""
@@ -291,65 +300,3 @@ class FastTransport(faust_aiokafka.Transport):
     """The aiokafka transport, building FastConsumers."""
 
     Consumer: ClassVar[type[FastConsumer]] = FastConsumer
-
-
-class FastApp(faust.App):
-    """A Faust app whose consumer can route topics to handlers (`route`)."""
-
-    commit_gate: CommitGate | None = None
-    transaction_guard: TransactionGuard | None = None
-
-    @property
-    def fast_consumer(self) -> FastConsumer:
-        """The consumer, typed as what `_new_consumer` builds."""
-        return cast(FastConsumer, self.consumer)
-
-    def _new_transport(self) -> Any:
-        return FastTransport(self.conf.broker_consumer, self)
-
-    def route(
-        self,
-        topic: Any,
-        handler: Handler,
-        flush: Flush | None = None,
-        drain: Drain | None = None,
-    ) -> None:
-        """Subscribe topic (a Faust topic, one or more names) and hand its records to handler,
-        which must `track` or ack each. flush runs after each fetched round; drain, before a
-        rebalance or shutdown waits for unacked messages, until records it holds are acked."""
-        self.topics.add(topic)
-        routes: dict[str, Handler] = self.__dict__.setdefault("_fast_routes", {})
-        for name in topic.topics:
-            routes[name] = handler
-        if flush is not None:
-            self.__dict__.setdefault("_fast_flushes", []).append(flush)
-        if drain is not None:
-            self.__dict__.setdefault("_fast_drains", []).append(drain)
-
-    def _new_consumer(self) -> Any:
-        consumer = cast(FastConsumer, super()._new_consumer())
-        consumer.handlers.update(self.__dict__.get("_fast_routes", {}))
-        consumer.flushes.extend(self.__dict__.get("_fast_flushes", []))
-        consumer.drains.extend(self.__dict__.get("_fast_drains", []))
-        self.__dict__["_fast_routes"] = consumer.handlers  # later routes land there too
-        self.__dict__["_fast_flushes"] = consumer.flushes
-        self.__dict__["_fast_drains"] = consumer.drains
-        return consumer
-
-
-class _MessageAsEvent:
-    """Enough of a Faust Event for code that asks `current_event()` (the RocksDB store picks
-    a table partition's database from it); calling it stands in for Faust's weak reference."""
-
-    __slots__ = ("message",)
-
-    def __init__(self, message: Any) -> None:
-        self.message = message
-
-    def __call__(self) -> _MessageAsEvent:
-        return self
-
-
-def make_current(message: Any) -> None:
-    """Make message the current event of the calling task, as a stream would."""
-    faust_streams._current_event.set(cast(Any, _MessageAsEvent(message)))

@@ -1,22 +1,15 @@
-"""Exactly-once: a transaction is committed whole with its offsets, or aborted and redone.
+"""Exactly once: a partition's transaction commits whole with its offsets, or is aborted and
+its messages redone from the committed offset.
 
-faust-streaming 0.15.3 keeps one transactional producer per partition (transactional id
-`{app id}-{topic group}-{partition}`) and commits it on a timer with the acked offsets. Where
-that loses the guarantee, and what is done here instead (docs/chaos.md):
-
-- A partition kept over a rebalance keeps its open transaction, while its records are read
-  again from the committed offset: outputs from before the rebalance would be committed with
-  their second copies. At every rebalance each producer not idle (`READY`) is stopped and
-  dropped (`TransactionGuard.reset`); Faust then starts a fresh one, whose registration with
-  the broker aborts whatever the old one left open.
-- A fenced or timed-out producer crashed the app on commit, or failed every send until a
-  restart. A transaction that may hold a failed job's outputs, or whose commit failed, is
-  marked failed: never committed, and the group rejoins, so every partition restarts from
-  its committed offset with fresh producers (`TransactionGuard.fail`).
-- A producer in aiokafka's FATAL_ERROR state can never begin again, and Faust swallows the
-  failure to begin: such a producer is replaced before beginning (`replace_fatal_producers`).
-
-The commit at a revocation is fixed in fastpath.py (`FastConsumer.on_partitions_revoked`).
+Faust keeps one transactional producer per partition (transactional id
+`{app id}-{topic group}-{partition}`) and commits it on a timer with the acked offsets.
+`TransactionGuard` decides which of those transactions may commit: one that may hold a failed
+job's outputs, or whose commit failed, never does, and the group rejoins so every partition
+restarts from its commit with fresh producers; at each rebalance every producer not idle is
+dropped, so no transaction spans two assignments. The `guarded_*` functions are how Faust's
+producer and transaction manager consult it (installed by engine/patches.py; each fault they
+fix is in docs/faust-patches.md). The commit at a revocation is in the consumer
+(`FastConsumer.on_partitions_revoked`).
 """
 
 from __future__ import annotations
@@ -24,14 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka.producer.transaction_manager import TransactionState
 
 from stream_adapter import logs
 
-_PATCHED = "_stream_adapter_transactions"
 STOP_TIMEOUT_S = 10.0
 
 
@@ -102,15 +94,11 @@ def _guard(transaction_manager: Any) -> TransactionGuard | None:
     return getattr(transaction_manager.app, "transaction_guard", None)
 
 
-def guard_transactions() -> None:
-    """Patch Faust's producer and transaction manager as the module docstring says; idempotent."""
-    from faust.transport.consumer import TransactionManager
-    from faust.transport.drivers.aiokafka import Producer
+Method = Callable[..., Awaitable[Any]]
 
-    if getattr(TransactionManager, _PATCHED, False):
-        return
-    begin = Producer.begin_transaction
-    on_rebalance = TransactionManager.on_rebalance
+
+def guarded_begin_transaction(begin: Method) -> Method:
+    """Faust's `Producer.begin_transaction`, one at a time per id, replacing a fatal producer."""
 
     async def begin_transaction(self: Any, transactional_id: str) -> None:
         # One at a time per id: two concurrent first begins would build two producers, and
@@ -124,36 +112,45 @@ def guard_transactions() -> None:
                 await current.stop()
             await begin(self, transactional_id)
 
-    async def commit(
-        self: Any, offsets: Mapping[Any, int], start_new_transaction: bool = True
-    ) -> bool:
-        guard = _guard(self)
-        by_tid: dict[str, dict[Any, int]] = defaultdict(dict)
-        for tp, offset in offsets.items():
-            by_tid[transactional_id(self.app, tp.topic, tp.partition)][tp] = offset
-        todo = guard.committable(by_tid) if guard is not None else dict(by_tid)
-        if not todo:
-            return False
-        try:
-            for tid in todo:
-                # Offsets alone (a message whose only output went outside the transaction)
-                # after a commit that began none: aiokafka sends offsets only in one.
-                current = self.producer._transaction_producers.get(tid)
-                manager = getattr(current, "_txn_manager", None)
-                if manager is not None and manager.state == TransactionState.READY:
-                    await current.begin_transaction()
-            await self.producer.commit_transactions(
-                todo, self.app.conf.id, start_new_transaction=start_new_transaction
-            )
-        except Exception as exc:  # fenced, timed out, broker gone: the outcome is unknown
-            if guard is None:
-                raise
-            for tid in todo:
-                guard.fail(tid, exc)
-            return False
-        if guard is not None:
-            guard.committed(todo)
-        return True
+    return begin_transaction
+
+
+async def guarded_commit(
+    self: Any, offsets: Mapping[Any, int], start_new_transaction: bool = True
+) -> bool:
+    """`TransactionManager.commit` that skips failed transactions and never raises: a commit
+    that fails marks its transactions failed (the group rejoins and redoes them)."""
+    guard = _guard(self)
+    by_tid: dict[str, dict[Any, int]] = defaultdict(dict)
+    for tp, offset in offsets.items():
+        by_tid[transactional_id(self.app, tp.topic, tp.partition)][tp] = offset
+    todo = guard.committable(by_tid) if guard is not None else dict(by_tid)
+    if not todo:
+        return False
+    try:
+        for tid in todo:
+            # Offsets alone (a message whose only output went outside the transaction)
+            # after a commit that began none: aiokafka sends offsets only in one.
+            current = self.producer._transaction_producers.get(tid)
+            manager = getattr(current, "_txn_manager", None)
+            if manager is not None and manager.state == TransactionState.READY:
+                await current.begin_transaction()
+        await self.producer.commit_transactions(
+            todo, self.app.conf.id, start_new_transaction=start_new_transaction
+        )
+    except Exception as exc:  # fenced, timed out, broker gone: the outcome is unknown
+        if guard is None:
+            raise
+        for tid in todo:
+            guard.fail(tid, exc)
+        return False
+    if guard is not None:
+        guard.committed(todo)
+    return True
+
+
+def guarded_on_rebalance(on_rebalance: Method) -> Method:
+    """`TransactionManager.on_rebalance` that first drops every producer not idle."""
 
     async def rebalance(self: Any, assigned: Any, revoked: Any, newly_assigned: Any) -> None:
         guard = _guard(self)
@@ -161,7 +158,4 @@ def guard_transactions() -> None:
             await guard.reset(self.producer)
         await on_rebalance(self, assigned, revoked, newly_assigned)
 
-    Producer.begin_transaction = begin_transaction  # type: ignore[method-assign]
-    TransactionManager.commit = commit  # type: ignore[method-assign]
-    TransactionManager.on_rebalance = rebalance  # type: ignore[method-assign]
-    setattr(TransactionManager, _PATCHED, True)
+    return rebalance

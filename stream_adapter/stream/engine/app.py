@@ -1,0 +1,102 @@
+"""The engine's Faust app: Faust's groups, tables and commits, with direct routes.
+
+`App` is a `faust.App` (users add their own agents, tables and services as with any Faust
+app) whose consumer hands the records of routed topics straight to a handler
+(engine/routes.py) instead of Faust's agents. Creating one installs the engine's patches of
+Faust (engine/patches.py), which check the installed versions first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import faust
+from faust import streams as faust_streams
+
+from stream_adapter.stream.engine import patches
+from stream_adapter.stream.engine.commits.gate import CommitGate
+from stream_adapter.stream.engine.commits.transactions import TransactionGuard
+from stream_adapter.stream.engine.consumer import Drain, FastConsumer, FastTransport, Flush, Handler
+from stream_adapter.stream.engine.services import Hook, HookService
+
+
+class App(faust.App):
+    """A Faust app whose consumer can route topics to handlers (`route`)."""
+
+    commit_gate: CommitGate | None = None
+    transaction_guard: TransactionGuard | None = None
+
+    def __init__(self, id: str, **options: Any) -> None:
+        patches.install()
+        super().__init__(id, **options)
+        if cast(Any, self.conf).processing_guarantee.value == "exactly_once":
+            # Commits cover a message's outputs and offset, or neither (commits/gate.py).
+            self.commit_gate = CommitGate()
+            self.transaction_guard = TransactionGuard(lambda: self.fast_consumer.request_rejoin())
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.commit_gate is not None
+
+    @property
+    def fast_consumer(self) -> FastConsumer:
+        """The consumer, typed as what `_new_consumer` builds."""
+        return cast(FastConsumer, self.consumer)
+
+    def _new_transport(self) -> Any:
+        return FastTransport(self.conf.broker_consumer, self)
+
+    def route(
+        self,
+        topic: Any,
+        handler: Handler,
+        flush: Flush | None = None,
+        drain: Drain | None = None,
+    ) -> None:
+        """Subscribe topic (a Faust topic, one or more names) and hand its records to handler,
+        which must `track` or ack each. flush runs after each fetched round; drain, before a
+        rebalance or shutdown waits for unacked messages, until records it holds are acked."""
+        self.topics.add(topic)
+        routes: dict[str, Handler] = self.__dict__.setdefault("_fast_routes", {})
+        for name in topic.topics:
+            routes[name] = handler
+        if flush is not None:
+            self.__dict__.setdefault("_fast_flushes", []).append(flush)
+        if drain is not None:
+            self.__dict__.setdefault("_fast_drains", []).append(drain)
+
+    def _new_consumer(self) -> Any:
+        consumer = cast(FastConsumer, super()._new_consumer())
+        consumer.handlers.update(self.__dict__.get("_fast_routes", {}))
+        consumer.flushes.extend(self.__dict__.get("_fast_flushes", []))
+        consumer.drains.extend(self.__dict__.get("_fast_drains", []))
+        self.__dict__["_fast_routes"] = consumer.handlers  # later routes land there too
+        self.__dict__["_fast_flushes"] = consumer.flushes
+        self.__dict__["_fast_drains"] = consumer.drains
+        return consumer
+
+    def add_service(self, start: Hook, stop: Hook) -> None:
+        """Run start when the app starts and stop when it stops (Faust's service lifecycle)."""
+        self.service(cast(Any, HookService(start, stop)))
+
+    def lags(self, topics: frozenset[str]) -> list[tuple[str, int, int]]:
+        """Per assigned partition of topics: (topic, partition, messages after the commit)."""
+        return self.fast_consumer.lags(topics)
+
+
+class _MessageAsEvent:
+    """Enough of a Faust Event for code that asks `current_event()` (the RocksDB store picks
+    a table partition's database from it); calling it stands in for Faust's weak reference."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: Any) -> None:
+        self.message = message
+
+    def __call__(self) -> _MessageAsEvent:
+        return self
+
+
+def make_current(message: Any) -> None:
+    """Make message the current event of the calling task, as a stream would."""
+    faust_streams._current_event.set(cast(Any, _MessageAsEvent(message)))

@@ -1,0 +1,212 @@
+"""A route: each record of its topics becomes a job, acked once the job has finished.
+
+Jobs run on a KeyedScheduler (in offset order per Kafka key, concurrently across keys, at most
+`max_queued` queued), and the consumer commits the end of the run of acked offsets at each
+partition's head (commits/offsets.py), so a commit never passes an unfinished job (SPEC §8,
+§9). A route may have a lane: a faster path offered each record first, which finishes some
+records itself (it acks them, or hands them back through `redo`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from stream_adapter import logs
+from stream_adapter.stream.engine.app import App, make_current
+from stream_adapter.stream.engine.commits.gate import OutputSection, current_section
+from stream_adapter.stream.engine.commits.transactions import transactional_id
+from stream_adapter.stream.engine.keyed import KeyedScheduler
+from stream_adapter.stream.engine.producer import BatchSender
+from stream_adapter.stream.engine.records import Delivery, current_delivery, delivery_of
+
+JOB_RETRY_CAP_S = 30.0
+"""Longest wait between two tries of a job that failed for a reason not its message's."""
+
+Process = Callable[[Delivery], Awaitable[None]]
+"""A job's work: bring one delivery to its terminal, durable outcome."""
+Redo = Callable[[Any, BaseException | None], None]
+
+
+class Lane(Protocol):
+    """A route's faster path, offered each record before it is scheduled as a job."""
+
+    def offer(self, message: Any, key: Hashable) -> Process | None:
+        """None when the lane took the record (it acks it, or redoes it); else the job's work."""
+
+    def holds(self, key: Hashable) -> bool:
+        """True while an output of key waits in the lane (it goes before key's next job)."""
+
+    async def flush(self, *, wait: bool = True) -> None:
+        """Send what the lane holds; wait=False at the end of a fetch round."""
+
+    async def drain(self) -> None:
+        """Send what the lane holds and wait until every record it took is acked or redone."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaneLinks:
+    """What a lane is given: a sender for its batches, the consumer's ack for the records it
+    took, and the route's `redo` for records whose outputs never became durable."""
+
+    sender: BatchSender
+    ack: Callable[[list[Any]], None]
+    redo: Redo
+
+
+LaneFactory = Callable[[LaneLinks], Awaitable[Lane]]
+"""Builds a route's lane on the worker's loop, at the route's first record."""
+
+
+def order_key(message: Any) -> Hashable:
+    """Messages with the same key run in offset order; keyless ones need no order."""
+    if message.key is None:
+        return (message.topic, message.partition, message.offset)
+    return (message.topic, message.partition, message.key)
+
+
+class JobRoute:
+    """The handler of a route (`App.route`): schedules each record as a job of `process`."""
+
+    def __init__(
+        self, app: App, process: Process, *, max_queued: int, lane: LaneFactory | None = None
+    ) -> None:
+        self._app = app
+        self._process = process
+        self._max_queued = max_queued
+        self._lane_factory = lane
+        self._lane: Lane | None = None
+        self._scheduler: KeyedScheduler | None = None  # built on first use, on the worker's loop
+        self._last_section: dict[tuple[str, int], OutputSection] = {}  # exactly once
+        self._redos: set[asyncio.Task[None]] = set()  # held, so none is collected while it waits
+
+    def subscribe(self, topic: Any) -> None:
+        """Route topic's records here (with the lane's flush and drain when there is one)."""
+        if self._lane_factory is None:
+            self._app.route(topic, self)
+        else:
+            self._app.route(topic, self, self.flush, self.drain)
+
+    async def __call__(self, message: Any) -> None:
+        scheduler = self._scheduler
+        if scheduler is None:
+            scheduler = self._scheduler = KeyedScheduler(self._max_queued, _on_job_error)
+        key = order_key(message)
+        work = self._process
+        if self._lane_factory is not None:
+            lane = self._lane or await self._build_lane()
+            if not scheduler.busy(key):
+                offered = lane.offer(message, key)
+                if offered is None:
+                    return
+                work = offered
+            if lane.holds(key):
+                await lane.flush()  # the key's earlier outputs go first (SPEC §9)
+        await self._schedule(message, delivery_of(message), key, work)
+
+    async def _build_lane(self) -> Lane:
+        assert self._lane_factory is not None
+        app = self._app
+        links = LaneLinks(BatchSender(app), app.fast_consumer.ack_all, self.redo)
+        self._lane = await self._lane_factory(links)
+        return self._lane
+
+    async def flush(self) -> None:
+        """The end of a fetch round: the lane sends what can go without waiting."""
+        if self._lane is not None:
+            await self._lane.flush(wait=False)
+
+    async def drain(self) -> None:
+        if self._lane is not None:
+            await self._lane.drain()
+
+    def redo(self, message: Any, exc: BaseException | None) -> None:
+        """Schedule a record the lane took but could not finish (exc: why; None: cancelled)."""
+        delivery = delivery_of(message)
+        _job_failed(exc, delivery.message_id, 1)
+        task = asyncio.ensure_future(
+            self._schedule(message, delivery, order_key(message), self._process)
+        )
+        self._redos.add(task)
+        task.add_done_callback(self._redos.discard)
+
+    async def _schedule(
+        self, message: Any, delivery: Delivery, key: Hashable, work: Process
+    ) -> None:
+        app = self._app
+        app.fast_consumer.track(message)
+        section = None
+        if app.commit_gate is not None:
+            tp = (delivery.topic, delivery.partition)
+            previous = self._last_section.get(tp)
+            section = OutputSection(app.commit_gate, None if previous is None else previous.done)
+            self._last_section[tp] = section
+
+        async def job() -> None:
+            current_delivery.set(delivery)  # this job's own task context
+            make_current(message)
+            current_section.set(section)
+            try:
+                await _until_done(app, delivery, message, work)
+            finally:
+                if section is not None:
+                    section.close()
+
+        assert self._scheduler is not None
+        await self._scheduler.submit(key, job)
+
+
+async def _until_done(app: App, delivery: Delivery, message: Any, process: Process) -> None:
+    """Process, then ack; a job that fails for a reason not the message's is tried again.
+
+    Bad messages never raise (the flows answer them); an exception here is the broker or a
+    bug. Left unacked, the message would hold its partition's commits until a restart and
+    stall the next rebalance, which waits for unacked messages. So: retry with backoff, the
+    same as a redelivery would (approved calls still run at most once); when the partition
+    is being revoked or the worker stops, hand the message back unacked (the next owner gets
+    it from the committed offset). Exactly once, a failure fails the partition's transaction
+    instead (commits/transactions.py): the group rejoins and the message is handed back.
+    """
+    failures = 0
+    guard = app.transaction_guard
+    while True:
+        try:
+            await process(delivery)
+        except Exception as exc:
+            failures += 1
+            if guard is not None:
+                # Its outputs may be in the partition's transaction: redo it from the commit.
+                guard.fail(transactional_id(app, delivery.topic, delivery.partition), exc)
+            _job_failed(exc, delivery.message_id, failures)
+            logs.log.debug("job failure", exc_info=exc)
+            # Exactly once, wait for the rebalance the failure asked for to hand it back.
+            backoff_s = min(JOB_RETRY_CAP_S, 0.5 * 2 ** (failures - 1))
+            delay_s = JOB_RETRY_CAP_S if guard is not None else backoff_s
+            deadline = asyncio.get_running_loop().time() + delay_s
+            while asyncio.get_running_loop().time() < deadline:
+                if app.should_stop or not getattr(app.consumer, "flow_active", True):
+                    app.consumer.unacked.discard(message)  # handed back, never acked
+                    return
+                await asyncio.sleep(min(0.2, delay_s))
+            continue
+        app.consumer.ack(message)
+        return
+
+
+def _on_job_error(exc: BaseException) -> None:
+    logs.event(logs.ERROR, "job crashed", error_kind=type(exc).__name__)
+    logs.log.debug("job crash", exc_info=exc)
+
+
+def _job_failed(exc: BaseException | None, message_id: str, attempt: int) -> None:
+    """A job failed for a reason not its message's (None: its send was cancelled) and
+    goes again."""
+    logs.event(
+        logs.ERROR,
+        "job failed; retrying",
+        error_kind=type(exc).__name__ if exc is not None else "Cancelled",
+        message_id=message_id,
+        attempt=attempt,
+    )

@@ -1,0 +1,74 @@
+"""A Faust table of bytes keys and values whose writes are acknowledged before they count.
+
+Each write waits until its changelog record is acknowledged by the broker. Exactly once, a
+write joins the transaction of the message being processed and reaches the local store only
+once that transaction commits (staged until then, and read through), so the store never
+holds what an abort took back; with `now`, it goes outside the transaction, durable at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from stream_adapter.stream.engine.commits.transactions import TransactionGuard
+from stream_adapter.stream.engine.producer import Sender
+
+
+class DurableTable:
+    """Durable reads and writes of a Faust table (`app.Table` with bytes keys and values)."""
+
+    def __init__(self, table: Any, sender: Sender, guard: TransactionGuard | None = None) -> None:
+        self._table = table
+        self._sender = sender
+        self._staged: dict[str, dict[bytes, tuple[int, bytes]]] = {}  # by transactional id
+        if guard is not None:
+            guard.on_commit.append(self._committed)
+            guard.on_reset.append(self._staged.clear)
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of key: staged in an open transaction, else in the local store."""
+        raw = None
+        for writes in self._staged.values():
+            if key in writes:
+                raw = writes[key][1]
+        if raw is None:
+            raw = self._table.get(key)
+        return raw
+
+    def values(self) -> Iterable[bytes]:
+        """Every value in this worker's table partitions (committed ones only)."""
+        return self._table.data.values()  # type: ignore[no-any-return]
+
+    async def put(self, key: bytes, value: bytes, partition: int, *, now: bool = False) -> None:
+        """Store value and wait until its changelog entry is acknowledged by the broker.
+
+        Exactly once the entry joins the current message's transaction, except with `now`.
+        """
+        if not self._sender.exactly_once:
+            self._table.data[key] = value
+            await self._table.send_changelog(partition, key, value)
+            return
+        topic = self._table.changelog_topic.get_topic_name()
+        if now:
+            self._table.data[key] = value
+            for writes in self._staged.values():
+                writes.pop(key, None)
+            await self._sender.outside_transaction(topic, key, value, partition)
+            return
+        await self._sender.in_transaction(topic, key, value, partition=partition)
+        # Staged only once sent: a commit waiting for the send would apply it too early, and
+        # nothing can commit between the send and this job's ack (commits/gate.py).
+        tid = self._sender.transaction_of_current()
+        self._staged.setdefault(tid, {})[key] = (partition, value)
+
+    def _committed(self, transactional_id: str) -> None:
+        store = self._table.data
+        for key, (partition, value) in self._staged.pop(transactional_id, {}).items():
+            if hasattr(store, "_db_for_partition"):
+                # Outside any event: Faust's RocksDB store takes the partition from the
+                # current event, so write to the partition's database as it would.
+                store._key_index[key] = partition
+                store._db_for_partition(partition).put(key, value)
+            else:
+                store[key] = value
