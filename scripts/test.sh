@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run every check on a fresh machine: install what is needed, then ruff, mypy and pytest.
+# Run every check on a fresh machine: install what is needed, then ruff, mypy, the import
+# contracts (pyproject.toml [tool.importlinter]) and pytest.
 # The tests start their own Kafka broker (from Maven jars) unless KAFKA_BOOTSTRAP_SERVERS is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,8 @@ echo "== ruff"
 "$VENV/bin/ruff" format --check stream_adapter topologies tests benchmarks examples
 echo "== mypy --strict (the core)"
 "$VENV/bin/mypy" --strict stream_adapter
+echo "== lint-imports (only stream/engine/ imports faust, mode and aiokafka)"
+"$VENV/bin/lint-imports" --no-cache
 echo "== pytest"
 set +e
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
