@@ -1,0 +1,73 @@
+"""The engine's Faust patches: installed by one function, refused on a Faust they were not
+written for."""
+
+from __future__ import annotations
+
+import pytest
+from faust.transport.consumer import Consumer, TransactionManager
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
+
+from stream_adapter.stream.engine import App, UnsupportedVersion, patches
+from stream_adapter.stream.engine.commits import offsets
+
+WRITTEN_FOR = {"faust-streaming": "0.15.3", "mode-streaming": "0.7.1", "aiokafka": "0.14.0"}
+
+
+def test_the_versions_written_for_pass() -> None:
+    patches.check_versions(WRITTEN_FOR)
+    patches.check_versions({**WRITTEN_FOR, "aiokafka": "0.14.2", "mode-streaming": "0.7.9"})
+
+
+@pytest.mark.parametrize(
+    ("name", "found"),
+    [
+        ("faust-streaming", "0.15.4"),
+        ("faust-streaming", "0.15"),
+        ("faust-streaming", "0.16.0"),
+        ("mode-streaming", "0.8.0"),
+        ("aiokafka", "0.15.0"),
+        ("aiokafka", "0.140.0"),
+    ],
+)
+def test_another_release_is_refused_with_what_to_do(name: str, found: str) -> None:
+    with pytest.raises(UnsupportedVersion) as refused:
+        patches.check_versions({**WRITTEN_FOR, name: found})
+    message = str(refused.value)
+    assert f"{name} {found}" in message
+    assert patches.WRITTEN_FOR[name] in message
+    assert "docs/faust-patches.md" in message
+
+
+def test_a_missing_distribution_is_refused() -> None:
+    with pytest.raises(UnsupportedVersion, match="aiokafka missing"):
+        patches.check_versions({k: v for k, v in WRITTEN_FOR.items() if k != "aiokafka"})
+
+
+def test_the_installed_versions_are_the_ones_written_for() -> None:
+    patches.check_versions()  # what pyproject.toml pins must pass its own check
+
+
+def test_install_replaces_the_five_methods_once_and_keeps_fausts() -> None:
+    patches.install()
+    patches.install()
+    assert Consumer._new_offset is offsets.new_offset
+    replaced = [
+        (Consumer, "_new_offset"),
+        (AIOKafkaConsumerThread, "_highwaters"),
+        (Producer, "begin_transaction"),
+        (TransactionManager, "commit"),
+        (TransactionManager, "on_rebalance"),
+    ]
+    for cls, name in replaced:
+        faust_own = patches.original(cls, name)
+        assert faust_own is not getattr(cls, name)
+        assert faust_own.__module__.startswith("faust."), (cls, name)
+
+
+def test_an_app_on_another_faust_is_refused_before_it_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    found = {**WRITTEN_FOR, "faust-streaming": "0.16.0"}
+    monkeypatch.setattr(patches, "_version", found.get)
+    with pytest.raises(UnsupportedVersion, match=r"faust-streaming 0\.16\.0"):
+        App("refused-app")
