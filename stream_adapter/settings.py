@@ -18,34 +18,88 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
 
-    broker: str = "kafka://127.0.0.1:9092"
-    app_id: str = "stream-adapter"
-    source: str = "kafka"
-    topology: str = "topologies.demo"
-    calls_topic: str = "tool-calls"
-    replies_topic: str = "tool-replies"
-    decisions_topic: str = "approval-decisions"
-    approvals_topic: str = "tool-approvals"
-    dlq_topic: str = "tool-calls-dlq"
-    partitions: int = Field(default=8, ge=1)
-    replication_factor: int = Field(default=1, ge=1)
-    max_in_flight: int = Field(default=64, ge=1)
-    processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
-    data_dir: Path = Path(".data")
-    decision_keys: str = ""
-    retry_attempts: int = Field(default=3, ge=1)
-    retry_backoff_s: float = Field(default=0.2, ge=0)
-    session_timeout_s: float = Field(default=10.0, gt=0)
-    web_port: int = Field(default=6066, ge=0, le=65535)
-    web_host: str = "0.0.0.0"
-    otel_enabled: bool = False
-    review_host: str = "127.0.0.1"
-    review_port: int = Field(default=8080, ge=0, le=65535)
-    reviewers_file: Path = Path("reviewers.json")
-    session_secret: str = ""
-    session_ttl_s: int = Field(default=8 * 3600, ge=60)
-    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
-    log_format: Literal["text", "json"] = "text"
+    broker: str = Field(
+        default="kafka://127.0.0.1:9092",
+        description="Kafka bootstrap servers: host:port[,host:port] or kafka://host:port[;…].",
+    )
+    app_id: str = Field(
+        default="stream-adapter",
+        description="The worker group's id; also names its internal topics and RocksDB folder.",
+    )
+    source: str = Field(
+        default="kafka",
+        description="Namespace of the ids derived from delivery ids (two sources never collide).",
+    )
+    topology: str = Field(
+        default="topologies.demo",
+        description="Python module whose `app` the worker runs and whose tools `tools` lists.",
+    )
+    calls_topic: str = Field(default="tool-calls", description="Topic agents produce calls to.")
+    replies_topic: str = Field(default="tool-replies", description="Topic replies go to.")
+    decisions_topic: str = Field(
+        default="approval-decisions", description="Topic reviewers' decisions arrive on."
+    )
+    approvals_topic: str = Field(
+        default="tool-approvals", description="Compacted changelog of the approvals table."
+    )
+    dlq_topic: str = Field(
+        default="tool-calls-dlq", description="Dead letters: calls and decisions that failed."
+    )
+    partitions: int = Field(default=8, ge=1, description="Partitions of every topic created.")
+    replication_factor: int = Field(default=1, ge=1, description="Replicas of every topic created.")
+    max_in_flight: int = Field(
+        default=64, ge=1, description="Tools that run at once in one worker."
+    )
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = Field(
+        default="at_least_once",
+        description="exactly_once writes replies and offsets in Kafka transactions.",
+    )
+    data_dir: Path = Field(
+        default=Path(".data"), description="Folder of the worker's RocksDB tables."
+    )
+    decision_keys: str = Field(
+        default="",
+        description="Secret. key_id:secret[,key_id:secret]: decisions must be signed with one "
+        "(the last signs).",
+    )
+    retry_attempts: int = Field(
+        default=3, ge=1, description="Attempts per call for retryable failures (1: no retry)."
+    )
+    retry_backoff_s: float = Field(
+        default=0.2,
+        ge=0,
+        description="Backoff before the first retry, in seconds (doubling, jittered).",
+    )
+    session_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds after which a silent worker's partitions move to another.",
+    )
+    web_port: int = Field(
+        default=6066, ge=0, le=65535, description="Port of the worker's /metrics (0: off)."
+    )
+    web_host: str = Field(default="0.0.0.0", description="Address the worker's /metrics binds.")
+    otel_enabled: bool = Field(default=False, description="Export OpenTelemetry traces.")
+    review_host: str = Field(default="127.0.0.1", description="Address the review service binds.")
+    review_port: int = Field(
+        default=8080, ge=0, le=65535, description="Port of the review service."
+    )
+    reviewers_file: Path = Field(
+        default=Path("reviewers.json"), description="Reviewers' names and hashed tokens."
+    )
+    session_secret: str = Field(
+        default="",
+        description="Secret. Signs review sessions (empty: a random one per process).",
+    )
+    session_ttl_s: int = Field(
+        default=8 * 3600, ge=60, description="Seconds a review session lasts."
+    )
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
+        default="info", description="Least severe log level written."
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="text for people, json for log collectors."
+    )
 
     @model_validator(mode="before")
     @classmethod
