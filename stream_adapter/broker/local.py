@@ -372,11 +372,12 @@ def stop(config: BrokerConfig, *, kill: bool = False, timeout_s: float = 30.0) -
 
 
 def status(config: BrokerConfig) -> BrokerStatus:
-    """Whether the broker of this home runs, and whether it answers metadata requests."""
+    """Whether a broker answers metadata requests on the configured port (whoever started it),
+    and whether this home's broker process runs."""
     pid = _read_pid(config)
     return BrokerStatus(
         running=pid is not None,
         pid=pid,
         bootstrap=config.bootstrap,
-        answers=pid is not None and answers(config.bootstrap),
+        answers=answers(config.bootstrap),
     )
