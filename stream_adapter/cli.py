@@ -1,58 +1,130 @@
-"""The `stream-adapter` command: a local broker, topics, the worker, and operator tools.
+"""The `stream-adapter` command: a local broker, topics, the worker, tools and operator commands.
 
-Every setting (SPEC §12) is also a global option, generated from `Settings`, so the names are
-defined once: `stream-adapter --app-id demo --partitions 4 worker`.
+Every setting is also an option (stream_adapter/commands/options.py), accepted before and
+after the command. Commands in `LAZY` are imported only when they run, so `-h` stays quick.
+Failures print one `Error:` line and exit with the code of their kind (commands/exits.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-import sys
-from collections.abc import Callable
+import os
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from stream_adapter.bench.command import bench as bench_command
-from stream_adapter.chaos.commands import COMMANDS as CHAOS_COMMANDS
-from stream_adapter.errors import AdapterError
-from stream_adapter.ops.commands import COMMANDS as OPS_COMMANDS
-from stream_adapter.review.commands import COMMANDS as REVIEW_COMMANDS
+from stream_adapter.commands import (
+    Column,
+    ConfigError,
+    ExitCode,
+    Lazy,
+    LazyGroup,
+    SettingsSource,
+    emit,
+    emit_one,
+    exits,
+    note,
+    pass_settings,
+    run_client,
+)
+from stream_adapter.commands.options import (
+    accept_after,
+    collect,
+    section,
+    settings_params,
+)
 from stream_adapter.settings import Settings
 
-F = TypeVar("F", bound=Callable[..., Any])
-console = Console(stderr=False)
-err_console = Console(stderr=True)
+F = TypeVar("F")
+
+LAZY = {
+    "approvals": Lazy(
+        "stream_adapter.review.commands:approvals",
+        "Approvals for operators: list them, approve or deny one.",
+    ),
+    "bench": Lazy(
+        "stream_adapter.bench.command:bench",
+        "Measure the worker side by side with an aiokafka loop and a Quix Streams app.",
+    ),
+    "call": Lazy(
+        "stream_adapter.ops.commands:call",
+        "Produce one call of TOOL and print each reply as a JSON line.",
+    ),
+    "chaos": Lazy(
+        "stream_adapter.chaos.commands:chaos",
+        "Calls under SIGKILLs, a broker restart and scaling; exit 1 unless nothing was lost.",
+    ),
+    "dlq": Lazy(
+        "stream_adapter.ops.commands:dlq",
+        "Dead letters: list them, replay them as the same calls.",
+    ),
+    "fuzz": Lazy(
+        "stream_adapter.chaos.commands:fuzz",
+        "Malformed calls and decisions among valid ones; exit 1 unless each got its answer.",
+    ),
+    "review": Lazy(
+        "stream_adapter.review.commands:review",
+        "Run the review web service (page and JSON API) until SIGTERM or Ctrl-C.",
+    ),
+    "reviewers": Lazy(
+        "stream_adapter.review.commands:reviewers",
+        "The reviewers file (names and hashed tokens).",
+    ),
+}
+"""Commands imported when they run: where each lives, and its help's first line."""
 
 
-def _settings_options(func: F) -> F:
-    """Add one `--option` per Settings field; unset options leave the environment's value."""
-    for name, info in reversed(Settings.model_fields.items()):
-        flag = "--" + name.replace("_", "-")
-        func = click.option(
-            flag, name, default=None, show_default=False, help=info.description or f"({name})"
-        )(func)
-    return func
+class Root(LazyGroup):
+    """The root group: settings options in sections; any failure as one line and its code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, BrokenPipeError):
+            raise  # click prints these (a closed pipe: quietly)
+        except (Exception, KeyboardInterrupt) as exc:
+            source = ctx.find_object(SettingsSource) or SettingsSource()
+            raise exits.fail(exc, broker=_bootstrap(source), debug=source.debug) from None
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {"Options": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            setting = getattr(param, "setting", "")
+            title = f"Settings: {section(setting)}" if setting else "Options"
+            sections.setdefault(title, []).append(record)
+        for title, records in sections.items():
+            with formatter.section(title):
+                formatter.write_dl(records)
+        self.format_commands(ctx, formatter)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@_settings_options
+def _bootstrap(source: SettingsSource) -> str:
+    try:
+        return source.settings().bootstrap_servers
+    except Exception:
+        return ""
+
+
+@click.group(
+    cls=Root,
+    lazy=LAZY,
+    prepare=accept_after,
+    params=settings_params(),
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=exits.epilog(),
+)
+@click.version_option(package_name="stream-adapter", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, /, **options: Any) -> None:
-    """Run AI-agent tool calls from Kafka."""
-    changes = {key: value for key, value in options.items() if value is not None}
-    try:
-        ctx.obj = Settings().with_changes(**changes) if changes else Settings()
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
+    """Run AI-agent tool calls from Kafka.
 
-
-def _fail(exc: AdapterError) -> None:
-    err_console.print(f"[red]error[/red] ({exc.kind}): {exc.detail}", highlight=False)
-    sys.exit(1)
+    Settings come from these options (before or after the command), else from their
+    environment variables, else their defaults.
+    """
+    ctx.obj = collect(ctx, options)
 
 
 # -- kafka ------------------------------------------------------------------------------------
@@ -63,7 +135,7 @@ def kafka() -> None:
     """A local single-node Apache Kafka (KRaft) for development and tests."""
 
 
-def _broker_options(func: F) -> F:
+def _broker_options(func: Any) -> Any:
     func = click.option(
         "--home",
         type=click.Path(path_type=Path),
@@ -77,8 +149,20 @@ def _broker_options(func: F) -> F:
         default=None,
         help="Where the jars are cached (default: HOME/libs).",
     )(func)
-    func = click.option("--port", type=int, default=9092, show_default=True)(func)
-    return click.option("--heap-mb", type=int, default=768, show_default=True)(func)
+    func = click.option(
+        "--port",
+        type=click.IntRange(1, 65535),
+        default=9092,
+        show_default=True,
+        help="The broker's port on 127.0.0.1 (its controller uses the next one).",
+    )(func)
+    return click.option(
+        "--heap-mb",
+        type=click.IntRange(128),
+        default=768,
+        show_default=True,
+        help="The JVM's maximum heap.",
+    )(func)
 
 
 def _broker_config(home: Path, port: int, heap_mb: int, jars_dir: Path | None) -> Any:
@@ -94,38 +178,44 @@ def kafka_start(home: Path, port: int, heap_mb: int, jars_dir: Path | None) -> N
     from stream_adapter.broker import local
 
     config = _broker_config(home, port, heap_mb, jars_dir)
-    try:
-        with console.status(f"starting Kafka {local.KAFKA_VERSION} on {config.bootstrap}"):
-            bootstrap = local.start(config)
-    except AdapterError as exc:
-        _fail(exc)
-    console.print(bootstrap)
+    note(f"starting Kafka {local.KAFKA_VERSION} on {config.bootstrap} (home {home})")
+    click.echo(local.start(config))
 
 
 @kafka.command("stop")
 @_broker_options
 @click.option("--kill", is_flag=True, help="SIGKILL instead of a clean stop.")
 def kafka_stop(home: Path, port: int, heap_mb: int, jars_dir: Path | None, kill: bool) -> None:
-    """Stop the broker; its data stays for the next start."""
+    """Stop the broker started from HOME; its data stays for the next start."""
     from stream_adapter.broker import local
 
     stopped = local.stop(_broker_config(home, port, heap_mb, jars_dir), kill=kill)
-    console.print("stopped" if stopped else "not running")
+    click.echo("stopped" if stopped else f"not running (no broker started from {home})")
 
 
 @kafka.command("status")
 @_broker_options
-def kafka_status(home: Path, port: int, heap_mb: int, jars_dir: Path | None) -> None:
-    """Say whether the broker runs and answers; exit 1 when it does not."""
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def kafka_status(home: Path, port: int, heap_mb: int, jars_dir: Path | None, as_json: bool) -> None:
+    """Say whether a broker answers on --port (from any folder), and if HOME started it.
+
+    Exit 0 when a broker answers, 7 when none does.
+    """
     from stream_adapter.broker import local
 
     state = local.status(_broker_config(home, port, heap_mb, jars_dir))
-    if state.running:
+    if as_json:
+        row = {"bootstrap": state.bootstrap, "answers": state.answers, "pid": state.pid}
+        emit_one({**row, "home": str(home)}, as_json=True)
+    elif state.pid is not None:
         word = "answers" if state.answers else "does not answer"
-        console.print(f"running (pid {state.pid}) on {state.bootstrap}, {word}")
+        click.echo(f"running (pid {state.pid}, home {home}) on {state.bootstrap}, {word}")
+    elif state.answers:
+        click.echo(f"a broker answers on {state.bootstrap} (not started from {home})")
     else:
-        console.print("not running")
-    sys.exit(0 if state.answers else 1)
+        click.echo(f"no broker answers on {state.bootstrap}")
+    if not state.answers:
+        raise click.exceptions.Exit(int(ExitCode.BROKER))
 
 
 # -- topics -----------------------------------------------------------------------------------
@@ -136,75 +226,107 @@ def topics() -> None:
     """The topology's topics."""
 
 
-def _print_topics(states: list[Any]) -> bool:
-    table = Table("topic", "role", "partitions", "config", "state")
-    clean = True
-    for state in states:
-        drift = state.drift
-        clean = clean and not drift
-        word = "created" if state.created else ("ok" if not drift else "; ".join(drift))
-        style = "green" if not drift else "yellow"
-        table.add_row(
-            state.spec.name,
-            state.spec.role,
-            str(state.partitions if state.partitions is not None else "-"),
-            ", ".join(f"{k}={v}" for k, v in state.spec.config.items()),
-            f"[{style}]{word}[/{style}]",
-        )
-    console.print(table)
-    return clean
+TOPIC_COLUMNS = (
+    Column("topic", whole=True),
+    Column("role"),
+    Column("partitions"),
+    Column("config"),
+    Column("state"),
+)
 
 
-def _topics_or_exit(states_of: Callable[[Settings], Any], settings: Settings) -> None:
-    """Run a topics coroutine, print its table; exit 1 on a broker error, 2 on drift."""
-    try:
-        states = asyncio.run(states_of(settings))
-    except AdapterError as exc:
-        _fail(exc)
-    if not _print_topics(states):
-        sys.exit(2)
+def _topics(states: list[Any], as_json: bool) -> None:
+    """Print the topics; exit 6 when one is missing or differs from its spec."""
+    rows = [
+        {
+            "topic": s.spec.name,
+            "role": s.spec.role,
+            "partitions": s.partitions,
+            "wanted_partitions": s.spec.partitions,
+            "config": ", ".join(f"{k}={v}" for k, v in s.spec.config.items()),
+            "state": "created" if s.created else ("; ".join(s.drift) or "ok"),
+            "drift": s.drift,
+        }
+        for s in states
+    ]
+    emit(rows, TOPIC_COLUMNS, as_json=as_json)
+    drifted = [row["topic"] for row in rows if row["drift"]]
+    if drifted:
+        note(f"{len(drifted)} topic(s) missing or not as specified: {', '.join(drifted)}")
+        raise click.exceptions.Exit(int(ExitCode.TOPICS))
+
+
+_json_option = click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 
 
 @topics.command("create")
-@click.pass_obj
-def topics_create(settings: Settings) -> None:
-    """Create missing topics (idempotent); exit 2 when an existing one has drifted."""
+@_json_option
+@pass_settings
+def topics_create(settings: Settings, as_json: bool) -> None:
+    """Create missing topics (idempotent); exit 6 when an existing one has drifted."""
     from stream_adapter.stream.topics import create_topics
 
-    _topics_or_exit(create_topics, settings)
+    _topics(run_client(create_topics(settings)), as_json)
 
 
 @topics.command("describe")
-@click.pass_obj
-def topics_describe(settings: Settings) -> None:
-    """Show the topics as the broker has them; exit 2 on drift or a missing topic."""
+@_json_option
+@pass_settings
+def topics_describe(settings: Settings, as_json: bool) -> None:
+    """Show the topics as the broker has them; exit 6 on drift or a missing topic."""
     from stream_adapter.stream.topics import describe_topics
 
-    _topics_or_exit(describe_topics, settings)
+    _topics(run_client(describe_topics(settings)), as_json)
 
 
-# -- worker -----------------------------------------------------------------------------------
+# -- worker and tools ---------------------------------------------------------------------------
+
+
+def load_topology(settings: Settings) -> Any:
+    """Import the settings' topology module (which reads the settings from the environment)."""
+    import importlib
+
+    os.environ.update(settings.to_env())
+    try:
+        return importlib.import_module(settings.topology)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import topology {settings.topology!r}: {exc}") from None
 
 
 @cli.command()
-@click.pass_obj
+@pass_settings
 def worker(settings: Settings) -> None:
     """Run the Faust worker of the configured topology until SIGTERM or Ctrl-C."""
     from stream_adapter.stream.worker import run_worker
 
-    try:
-        run_worker(settings)
-    except AdapterError as exc:
-        _fail(exc)
+    if getattr(load_topology(settings), "app", None) is None:
+        raise ConfigError(f"topology {settings.topology!r} has no `app`")
+    run_worker(settings)
 
 
-for _command in CHAOS_COMMANDS:  # chaos, fuzz (stream_adapter/chaos/)
-    cli.add_command(_command)
-for _command in REVIEW_COMMANDS:  # review, reviewers, approvals (stream_adapter/review/)
-    cli.add_command(_command)
-for _command in OPS_COMMANDS:  # call, dlq (stream_adapter/ops/)
-    cli.add_command(_command)
-cli.add_command(bench_command)  # stream_adapter/bench/
+TOOL_COLUMNS = (
+    Column("tool", whole=True),
+    Column("confirm"),
+    Column("timeout_s"),
+    Column("retry"),
+    Column("arguments"),
+    Column("description", first_line=True),
+)
+
+
+@cli.command()
+@_json_option
+@pass_settings
+def tools(settings: Settings, as_json: bool) -> None:
+    """List the topology's tools: description, arguments, confirm, timeout and retries.
+
+    --json gives each argument's JSON schema.
+    """
+    from stream_adapter.commands.tools import describe_tools
+
+    rows = describe_tools(load_topology(settings), settings)
+    emit(rows, TOOL_COLUMNS, as_json=as_json)
+    note(f"{len(rows)} tool(s) in {settings.topology}")
 
 
 def main() -> None:

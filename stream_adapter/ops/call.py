@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaProducer
 
 from stream_adapter.envelope import parse_envelope
 from stream_adapter.ids import kafka_message_id
-from stream_adapter.ops.topic import consumer, partitions
+from stream_adapter.ops.topic import consumer, partitions, producer, started
 from stream_adapter.replies import Reply
 from stream_adapter.settings import Settings
 
@@ -61,30 +60,29 @@ async def call(
     *,
     wait_s: float,
     key: bytes | None = None,
+    on_sent: Callable[[CallResult], None] | None = None,
     on_reply: Callable[[Reply], None] | None = None,
 ) -> CallResult:
-    """Produce body to the calls topic; collect its replies until a final one or wait_s."""
-    replies = consumer(settings)
-    await replies.start()
-    try:
+    """Produce body to the calls topic; collect its replies until a final one or wait_s.
+
+    TopicMissing before anything is produced when the calls or replies topic does not exist.
+    """
+    async with started(consumer(settings), settings) as replies:
         tps = await partitions(replies, settings.replies_topic)
+        await partitions(replies, settings.calls_topic)  # else the producer waits 40 s for it
         replies.assign(tps)
         await replies.seek_to_end(*tps)
         for tp in tps:
             await replies.position(tp)  # resolve "end" now, before the call exists
-        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
-        await producer.start()
-        try:
-            meta = await producer.send_and_wait(settings.calls_topic, orjson.dumps(body), key=key)
-        finally:
-            await producer.stop()
+        async with started(producer(settings), settings) as calls:
+            meta = await calls.send_and_wait(settings.calls_topic, orjson.dumps(body), key=key)
         message_id = kafka_message_id(settings.calls_topic, meta.partition, meta.offset)
         envelope = parse_envelope(body, message_id=message_id, source=settings.source)
         result = CallResult(message_id, envelope.run_id, envelope.call_id)
+        if on_sent is not None:
+            on_sent(result)
         await _follow(replies, result, wait_s, on_reply)
         return result
-    finally:
-        await replies.stop()
 
 
 async def _follow(

@@ -1,45 +1,46 @@
-"""CLI commands: `call TOOL ARGS_JSON [--wait S]` and `dlq list|replay`."""
+"""CLI commands: `call TOOL [ARGS_JSON|-] [--wait S]` and `dlq list|replay`."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from typing import Any
 
 import click
 import orjson
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
-from stream_adapter.errors import AdapterError
+from stream_adapter.commands import Column, ExitCode, emit, note, pass_settings, run_client
 from stream_adapter.replies import Reply
 from stream_adapter.settings import Settings
 
-console = Console()
-err_console = Console(stderr=True)
 
-EXIT_ERROR_REPLY = 1
-EXIT_NO_REPLY = 4
-EXIT_STILL_PENDING = 3
-
-
-def _fail(exc: AdapterError) -> None:
-    err_console.print(f"[red]error[/red] ({exc.kind}): {exc.detail}", highlight=False)
-    sys.exit(1)
+def review_url(settings: Settings) -> str:
+    """Where a reviewer opens the review page (a wildcard bind address read as this host)."""
+    host = settings.review_host
+    host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{settings.review_port}/"
 
 
-def _print_reply(reply: Reply) -> None:
-    click.echo(orjson.dumps(reply).decode())
+def _arguments(text: str) -> dict[str, Any]:
+    """ARGS_JSON (or stdin for `-`) as a JSON object; a usage error otherwise."""
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="ARGS_JSON") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="ARGS_JSON")
+    return parsed
 
 
 @click.command("call")
 @click.argument("tool")
-@click.argument("arguments", metavar="ARGS_JSON", default="{}")
+@click.argument("arguments", metavar="[ARGS_JSON|-]", default="{}")
 @click.option(
     "--wait",
     "wait_s",
-    type=float,
+    type=click.FloatRange(0, min_open=True),
     default=30.0,
     show_default=True,
     help="Seconds to wait for the final reply (following pending_approval).",
@@ -47,7 +48,7 @@ def _print_reply(reply: Reply) -> None:
 @click.option("--run-id", default=None, help="Give the call this run_id (else derived).")
 @click.option("--call-id", default=None, help="Give the call this call_id (else derived).")
 @click.option("--key", default=None, help="Kafka key (default: the run_id when given).")
-@click.pass_obj
+@pass_settings
 def call(
     settings: Settings,
     tool: str,
@@ -57,36 +58,45 @@ def call(
     call_id: str | None,
     key: str | None,
 ) -> None:
-    """Produce one call of TOOL with ARGS_JSON and print each reply as a JSON line.
+    """Produce one call of TOOL and print each reply as a JSON line.
 
-    Exit 0 on an ok or already_done reply, 1 on an error reply, 4 when no reply came within
-    --wait, 3 when the call is still pending approval when --wait runs out.
+    ARGS_JSON is a JSON object; `-` reads it from stdin. While the call waits for a
+    reviewer, stderr names its approval and the review page.
+
+    Exit 0 on an ok or already_done reply, 1 on an error reply, 3 when the call is still
+    pending approval when --wait runs out, 4 when no reply came within --wait.
     """
+    from stream_adapter.ops.call import CallResult, envelope_for
     from stream_adapter.ops.call import call as produce_call
-    from stream_adapter.ops.call import envelope_for
 
-    try:
-        parsed = orjson.loads(arguments)
-    except orjson.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="ARGS_JSON") from None
-    if not isinstance(parsed, dict):
-        raise click.BadParameter("must be a JSON object", param_hint="ARGS_JSON")
-    try:
-        body = envelope_for(tool, parsed, run_id, call_id)
-        kafka_key = (key or run_id or "").encode() or None
-        result = asyncio.run(
-            produce_call(settings, body, wait_s=wait_s, key=kafka_key, on_reply=_print_reply)
+    body = envelope_for(tool, _arguments(arguments), run_id, call_id)
+    kafka_key = (key or run_id or "").encode() or None
+
+    def sent(result: CallResult) -> None:
+        note(
+            f"sent {result.message_id} (run_id {result.run_id}, call_id {result.call_id}); "
+            f"waiting up to {wait_s:g}s for its reply"
         )
-    except AdapterError as exc:
-        _fail(exc)
+
+    def replied(reply: Reply) -> None:
+        click.echo(orjson.dumps(reply).decode())
+        if reply.get("status") == "pending_approval":
+            approval = reply.get("approval_id", "")
+            note(f"pending approval {approval}: decide at {review_url(settings)}")
+            note(f"  or: stream-adapter approvals decide {approval} --approve --reviewer NAME")
+
+    result = run_client(
+        produce_call(settings, body, wait_s=wait_s, key=kafka_key, on_sent=sent, on_reply=replied)
+    )
     if not result.replies:
-        err_console.print(f"no reply within {wait_s:g}s for {result.run_id}", highlight=False)
-        sys.exit(EXIT_NO_REPLY)
+        note(f"no reply within {wait_s:g}s for {result.run_id} (is a worker running?)")
+        raise click.exceptions.Exit(int(ExitCode.NO_REPLY))
     final = result.final
     if final is None:
-        sys.exit(EXIT_STILL_PENDING)
+        note(f"still pending approval after {wait_s:g}s")
+        raise click.exceptions.Exit(int(ExitCode.PENDING))
     if final.get("status") == "error":
-        sys.exit(EXIT_ERROR_REPLY)
+        raise click.exceptions.Exit(int(ExitCode.FAILED))
 
 
 @click.group()
@@ -94,71 +104,64 @@ def dlq() -> None:
     """Dead letters: list them, replay them as the same calls."""
 
 
+DLQ_COLUMNS = (
+    Column("partition"),
+    Column("offset"),
+    Column("message_id", whole=True),
+    Column("error_kind"),
+    Column("error_status"),
+    Column("attempts"),
+    Column("failed_at", whole=True),
+)
+
+
 @dlq.command("list")
 @click.option("--filter", "kind", default=None, help="Only this error kind (e.g. ToolFailed).")
-@click.option("--limit", type=int, default=None, help="At most this many (oldest first).")
+@click.option(
+    "--limit", type=click.IntRange(0), default=None, help="At most this many (oldest first)."
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-@click.pass_obj
+@pass_settings
 def dlq_list(settings: Settings, kind: str | None, limit: int | None, as_json: bool) -> None:
     """Show each dead letter's origin, error kind and time (never its payload)."""
     from stream_adapter.ops.dlq import read_letters
 
-    try:
-        letters = asyncio.run(read_letters(settings, kind=kind))
-    except AdapterError as exc:
-        _fail(exc)
+    letters = run_client(read_letters(settings, kind=kind))
     letters = letters[:limit] if limit is not None else letters
-    if as_json:
-        for letter in letters:
-            click.echo(orjson.dumps(letter.summary()).decode())
-        return
-    table = Table("dlq", "message-id", "error-kind", "status", "attempts", "failed-at")
-    for letter in letters:
-        row: dict[str, Any] = letter.summary()
-        table.add_row(
-            f"{row['partition']}:{row['offset']}",
-            row["message_id"],
-            row["error_kind"],
-            row["error_status"],
-            row["attempts"],
-            row["failed_at"],
-        )
-    console.print(table)
-    console.print(f"{len(letters)} dead letter(s) in {settings.dlq_topic}")
+    emit([letter.summary() for letter in letters], DLQ_COLUMNS, as_json=as_json)
+    note(f"{len(letters)} dead letter(s) in {settings.dlq_topic}")
 
 
 @dlq.command("replay")
 @click.option("--filter", "kind", default=None, help="Only letters of this error kind.")
-@click.option("--limit", type=int, default=None, help="Replay at most this many.")
-@click.pass_obj
+@click.option("--limit", type=click.IntRange(0), default=None, help="Replay at most this many.")
+@pass_settings
 def dlq_replay(settings: Settings, kind: str | None, limit: int | None) -> None:
     """Publish dead calls again to the calls topic with their original ids.
 
     Letters from other topics (decisions) and originals that are no valid envelope are
     skipped and counted. Every run replays every matching letter again: choose with
-    --filter and --limit.
+    --filter and --limit. Progress shows on stderr; the summary ends the output.
     """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
     from stream_adapter.ops.dlq import read_letters, replay
 
-    try:
-        letters = asyncio.run(read_letters(settings, kind=kind))
-    except AdapterError as exc:
-        _fail(exc)
-    total = len(letters) if limit is None else min(limit, len(letters))
+    letters = run_client(read_letters(settings, kind=kind))
     columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=err_console, transient=False) as progress:
-        task = progress.add_task("replay", total=total)
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("replay", total=len(letters))
 
         def step(_: Any, replayed: bool) -> None:
-            if replayed:
-                progress.advance(task)
+            progress.advance(task)
 
-        try:
-            report = asyncio.run(replay(settings, letters, limit=limit, on_step=step))
-        except AdapterError as exc:
-            _fail(exc)
-        progress.update(task, total=len(report.replayed))
-    click.echo(f"replayed {len(report.replayed)} to {settings.calls_topic}")
+        report = run_client(replay(settings, letters, limit=limit, on_step=step))
+    skipped = sum(report.skipped.values())
+    click.echo(
+        f"replayed {len(report.replayed)} of {len(letters)} dead letter(s) to "
+        f"{settings.calls_topic}; skipped {skipped}"
+    )
     for reason, count in sorted(report.skipped.items()):
         click.echo(f"skipped {count}: {reason}")
 

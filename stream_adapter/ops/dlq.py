@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaProducer
 
 from stream_adapter.envelope import parse_envelope
 from stream_adapter.errors import ToolUsageError
-from stream_adapter.ops.topic import read_to_end
+from stream_adapter.ops.topic import producer, read_to_end, require_topic, started
 from stream_adapter.settings import Settings
 
 REPLAY_HEADER = "replay-of"
@@ -61,12 +60,23 @@ class DeadLetter:
             "message_id": self.message_id,
             "source_topic": self.source_topic,
             "error_kind": self.kind,
-            "error_status": self.headers.get("error-status", ""),
-            "retryable": self.headers.get("retryable", ""),
-            "attempts": self.headers.get("attempts", ""),
+            "error_status": _count(self.headers.get("error-status")),
+            "retryable": _flag(self.headers.get("retryable")),
+            "attempts": _count(self.headers.get("attempts")),
             "failed_at": self.headers.get("failed-at", ""),
             "bytes": len(self.value),
         }
+
+
+def _flag(text: str | None) -> bool | None:
+    return {"true": True, "false": False}.get(text or "")
+
+
+def _count(text: str | None) -> int | None:
+    try:
+        return int(text or "")
+    except ValueError:
+        return None
 
 
 async def read_letters(settings: Settings, *, kind: str | None = None) -> list[DeadLetter]:
@@ -123,9 +133,8 @@ async def replay(
 ) -> ReplayReport:
     """Republish replayable letters to the calls topic (at most limit), each acked by the broker."""
     report = ReplayReport()
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
-    await producer.start()
-    try:
+    await require_topic(settings, settings.calls_topic)
+    async with started(producer(settings), settings) as calls:
         for letter in letters:
             if limit is not None and len(report.replayed) >= limit:
                 break
@@ -137,12 +146,8 @@ async def replay(
                     on_step(letter, False)
                 continue
             headers = [(REPLAY_HEADER, letter.message_id.encode())]
-            await producer.send_and_wait(
-                settings.calls_topic, value, key=letter.key, headers=headers
-            )
+            await calls.send_and_wait(settings.calls_topic, value, key=letter.key, headers=headers)
             report.replayed.append(letter)
             if on_step is not None:
                 on_step(letter, True)
-    finally:
-        await producer.stop()
     return report

@@ -3,30 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from typing import Any
 
 import click
-import orjson
-from rich.console import Console
-from rich.table import Table
 
 from stream_adapter.approvals import ApprovalState
-from stream_adapter.errors import AdapterError
+from stream_adapter.commands import Column, NotPending, emit, note, pass_settings, run_client
 from stream_adapter.review.auth import ReviewersFile
 from stream_adapter.settings import Settings
 
-console = Console()
-err_console = Console(stderr=True)
-
-
-def _fail(exc: AdapterError) -> None:
-    err_console.print(f"[red]error[/red] ({exc.kind}): {exc.detail}", highlight=False)
-    sys.exit(1)
-
 
 @click.command()
-@click.pass_obj
+@pass_settings
 def review(settings: Settings) -> None:
     """Run the review web service (page and JSON API) until SIGTERM or Ctrl-C."""
     from stream_adapter.logs import configure_logging
@@ -37,10 +25,7 @@ def review(settings: Settings) -> None:
     def ready(url: str) -> None:
         click.echo(f"review service listening on {url}", err=False)
 
-    try:
-        asyncio.run(serve(settings, ready))
-    except AdapterError as exc:
-        _fail(exc)
+    asyncio.run(serve(settings, ready))
 
 
 @click.group()
@@ -52,13 +37,10 @@ def reviewers() -> None:
 @click.argument("name")
 @click.option("--replace", is_flag=True, help="Give an existing reviewer a new token.")
 @click.option("--token-only", is_flag=True, help="Print only the token (for scripts).")
-@click.pass_obj
+@pass_settings
 def reviewers_add(settings: Settings, name: str, replace: bool, token_only: bool) -> None:
     """Add reviewer NAME and print their token; it is shown only this once."""
-    try:
-        token = ReviewersFile(settings.reviewers_file).add(name, replace=replace)
-    except AdapterError as exc:
-        _fail(exc)
+    token = ReviewersFile(settings.reviewers_file).add(name, replace=replace)
     if token_only:
         click.echo(token)
         return
@@ -66,22 +48,33 @@ def reviewers_add(settings: Settings, name: str, replace: bool, token_only: bool
     click.echo(token)
 
 
+_json_option = click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+
+
 @reviewers.command("list")
-@click.pass_obj
-def reviewers_list(settings: Settings) -> None:
+@_json_option
+@pass_settings
+def reviewers_list(settings: Settings, as_json: bool) -> None:
     """List reviewer names (never tokens)."""
-    for reviewer in ReviewersFile(settings.reviewers_file).reviewers():
-        click.echo(f"{reviewer.name}\t{reviewer.created_at}")
+    rows = [
+        {"name": r.name, "created_at": r.created_at}
+        for r in ReviewersFile(settings.reviewers_file).reviewers()
+    ]
+    emit(rows, (Column("name", whole=True), Column("created_at", whole=True)), as_json=as_json)
+    note(f"{len(rows)} reviewer(s) in {settings.reviewers_file}")
 
 
 @reviewers.command("remove")
 @click.argument("name")
-@click.pass_obj
+@pass_settings
 def reviewers_remove(settings: Settings, name: str) -> None:
-    """Remove reviewer NAME: their token and sessions stop working at once."""
+    """Remove reviewer NAME: their token and sessions stop working at once.
+
+    Exit 5 when there is no such reviewer.
+    """
     if not ReviewersFile(settings.reviewers_file).remove(name):
-        err_console.print(f"no reviewer {name!r}")
-        sys.exit(1)
+        raise NotPending(f"no reviewer {name!r} in {settings.reviewers_file}")
+    click.echo(f"reviewer {name} removed")
 
 
 @click.group()
@@ -90,29 +83,28 @@ def approvals() -> None:
 
 
 _STATES = click.Choice([s.value for s in ApprovalState])
+APPROVAL_COLUMNS = (
+    Column("approval_id", whole=True),
+    Column("tool", whole=True),
+    Column("state"),
+    Column("reviewer"),
+    Column("requested_at", whole=True),
+    Column("run_id", whole=True),
+)
 
 
 @approvals.command("list")
 @click.option("--state", type=_STATES, default=None, help="Only approvals in this state.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
-@click.pass_obj
+@_json_option
+@pass_settings
 def approvals_list(settings: Settings, state: str | None, as_json: bool) -> None:
     """Approvals as the approvals topic has them now, oldest first."""
     from stream_adapter.review.view import record_json, snapshot
 
-    try:
-        view = asyncio.run(snapshot(settings))
-    except AdapterError as exc:
-        _fail(exc)
+    view = run_client(snapshot(settings))
     records = view.select(ApprovalState(state) if state else None)
-    if as_json:
-        for record in records:
-            click.echo(orjson.dumps(record_json(record)).decode())
-        return
-    table = Table("approval_id", "tool", "state", "reviewer", "requested_at", "run_id")
-    for r in records:
-        table.add_row(r.approval_id, r.tool, r.state, r.reviewer or "", r.requested_at, r.run_id)
-    console.print(table)
+    emit([record_json(r) for r in records], APPROVAL_COLUMNS, as_json=as_json)
+    note(f"{len(records)} approval(s){f' {state}' if state else ''} in {settings.approvals_topic}")
 
 
 async def _decide(settings: Settings, approval_id: str, **decision: Any) -> Any:
@@ -144,7 +136,7 @@ async def _decide(settings: Settings, approval_id: str, **decision: Any) -> Any:
     show_default=True,
     help="Seconds to wait for the worker to show the decision.",
 )
-@click.pass_obj
+@pass_settings
 def approvals_decide(
     settings: Settings,
     approval_id: str,
@@ -155,27 +147,24 @@ def approvals_decide(
 ) -> None:
     """Approve or deny a pending approval (signed when decision keys are configured).
 
-    Exit 1 when it is unknown or not pending (nothing is written then).
+    Exit 5 when it is unknown or not pending (nothing is written then).
     """
     if approved is None:
         raise click.UsageError("say --approve or --deny")
-    try:
-        outcome = asyncio.run(
-            _decide(
-                settings,
-                approval_id,
-                approved=approved,
-                reviewer=reviewer,
-                reason=reason,
-                wait_s=wait_s,
-            )
+    outcome = run_client(
+        _decide(
+            settings,
+            approval_id,
+            approved=approved,
+            reviewer=reviewer,
+            reason=reason,
+            wait_s=wait_s,
         )
-    except AdapterError as exc:
-        _fail(exc)
+    )
     if outcome.record is None:
-        console.print(f"decision sent for {approval_id}; the worker has not shown it yet")
+        click.echo(f"decision sent for {approval_id}; the worker has not shown it yet")
     else:
-        console.print(f"{approval_id}: {outcome.record.state} by {outcome.record.reviewer}")
+        click.echo(f"{approval_id}: {outcome.record.state} by {outcome.record.reviewer}")
 
 
 COMMANDS = (review, reviewers, approvals)
