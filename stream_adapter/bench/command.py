@@ -1,14 +1,17 @@
-"""`stream-adapter bench`: run the benchmark and print, write and draw its figures."""
+"""`stream-adapter bench`: run the benchmark (its steps on stderr), then print, write and draw
+its figures and end with a summary."""
 
 from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from pathlib import Path
 
 import click
 
 from stream_adapter.bench.config import BenchConfig, default
+from stream_adapter.commands import note, source_of
 from stream_adapter.settings import Settings
 
 
@@ -60,13 +63,13 @@ from stream_adapter.settings import Settings
 )
 @click.option(
     "--own-broker/--configured-broker",
-    default=True,
-    show_default=True,
-    help="A fresh local broker for the run, or the settings' broker.",
+    default=None,
+    help="A fresh local broker for the run, or the settings' broker "
+    "(default: the settings' broker when --broker or its variable names one).",
 )
-@click.pass_obj
+@click.pass_context
 def bench(
-    settings: Settings,
+    ctx: click.Context,
     calls: int,
     partitions: int,
     out: Path,
@@ -74,11 +77,21 @@ def bench(
     paced_s: float,
     paced_fractions: tuple[float, ...],
     warm_paced_s: float,
-    own_broker: bool,
+    own_broker: bool | None,
 ) -> None:
     """Measure the worker side by side with an aiokafka loop and a Quix Streams app."""
     from stream_adapter.bench.run import print_table, run_bench, write_outputs
     from stream_adapter.broker import local
+
+    source = source_of(ctx)
+    settings: Settings = source.settings()
+    if own_broker is None:
+        own_broker = not source.is_given("broker")
+    started = time.monotonic()
+
+    def step(text: str) -> None:
+        minutes, seconds = divmod(int(time.monotonic() - started), 60)
+        note(f"[{minutes:02d}:{seconds:02d}] {text}")
 
     with tempfile.TemporaryDirectory(prefix="sa-bench-") as home:
         config = None
@@ -95,7 +108,10 @@ def bench(
                 jvm_flags=("-XX:TieredStopAtLevel=1",),
                 jars_dir=Path(".kafka/libs"),
             )
+            step(f"starting a local broker on {config.bootstrap}")
             bootstrap = local.start(config)
+        else:
+            step(f"using the broker at {bootstrap}")
         try:
             cfg = BenchConfig(
                 bootstrap=bootstrap,
@@ -107,10 +123,23 @@ def bench(
                 paced_fractions=paced_fractions,
                 warm_paced_s=warm_paced_s,
             )
-            results = asyncio.run(run_bench(cfg, say=click.echo))
+            results = asyncio.run(run_bench(cfg, say=step))
         finally:
             if config is not None:
                 local.stop(config)
     print_table(results, say=click.echo)
     json_path, png_path = write_outputs(cfg, results)
-    click.echo(f"wrote {json_path} and {png_path}")
+    minutes = (time.monotonic() - started) / 60
+    by_name = {r.name: r for r in results}
+    worker = by_name.get("worker")
+    headline = worker.headline if worker is not None else None
+    figure = (
+        f"worker {worker.calls_per_s:,.0f} calls/s"
+        + (f", p99 {headline.p99_ms:.1f} ms at {headline.rate:,.0f}/s" if headline else "")
+        if worker is not None
+        else "no worker figure"
+    )
+    click.echo(
+        f"bench done: {len(results)} contender(s) in {minutes:.1f} min; {figure}; "
+        f"wrote {json_path} and {png_path}"
+    )

@@ -1,34 +1,51 @@
-"""`stream-adapter chaos` and `stream-adapter fuzz`: run, print the figures, write them as JSON."""
+"""`stream-adapter chaos` and `stream-adapter fuzz`: run with progress on stderr, print the
+figures and a summary, write the figures as JSON.
+
+Both start a broker of their own (the chaos run kills and restarts it) unless `--broker` (or
+its environment variable) names one, which is then used as it is and never restarted.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import json
-import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
 
-from .harness import BrokerControl
-from .observe import quiet_kafka_logs
+from stream_adapter.commands import ExitCode, note, source_of
+from stream_adapter.commands.progress import live_status
+
+if TYPE_CHECKING:
+    from .fuzz import FuzzRun
+    from .harness import BrokerControl
+    from .scenario import ChaosRun
 
 T = TypeVar("T")
-console = Console()
+
+
+def _given_broker(ctx: click.Context) -> str | None:
+    """The broker --broker (or its environment variable) names; None: start one."""
+    source = source_of(ctx)
+    return source.settings().bootstrap_servers if source.is_given("broker") else None
 
 
 async def _with_broker(
     bootstrap: str | None, home: Path, jars_dir: Path, work: Callable[[BrokerControl], Awaitable[T]]
 ) -> T:
     """Run work against the given bootstrap, or a fresh local broker under home (stopped after)."""
+    from .harness import BrokerControl
+
     if bootstrap:
+        note(f"using the broker at {bootstrap} (it is not restarted)")
         return await work(BrokerControl(bootstrap))
-    with console.status("starting a local Kafka broker"):
-        broker = await BrokerControl.start_local(home / "kafka", jars_dir)
+    note("starting a local Kafka broker")
+    broker = await BrokerControl.start_local(home / "kafka", jars_dir)
+    note(f"local broker on {broker.bootstrap}")
     try:
         return await work(broker)
     finally:
@@ -38,14 +55,29 @@ async def _with_broker(
 def _write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    console.print(f"figures written to {path}")
 
 
-_bootstrap = click.option(
-    "--bootstrap",
-    default=None,
-    help="Use this broker instead of starting one (the broker restart is then skipped).",
-)
+async def _chaos_with_progress(run: ChaosRun) -> Any:
+    planned = run.options.kills + 2 + (1 if run.options.broker_restart else 0)
+
+    def describe(elapsed_s: float) -> str:
+        return (
+            f"chaos: {run.sent}/{run.options.calls} calls sent, {run.reader.count} replies, "
+            f"{len(run.faults)}/{planned} faults, {elapsed_s:.0f} s"
+        )
+
+    async with live_status(describe):
+        return await run.run()
+
+
+async def _fuzz_with_progress(run: FuzzRun) -> Any:
+    def describe(elapsed_s: float) -> str:
+        return f"fuzz: {run.reader.count} replies read, {elapsed_s:.0f} s"
+
+    async with live_status(describe):
+        return await run.run()
+
+
 _jars = click.option(
     "--jars-dir",
     type=click.Path(path_type=Path),
@@ -79,10 +111,11 @@ _workdir = click.option(
 @click.option(
     "--json", "json_path", type=click.Path(path_type=Path), default=Path("chaos-figures.json")
 )
-@_bootstrap
 @_jars
 @_workdir
+@click.pass_context
 def chaos(
+    ctx: click.Context,
     calls: int,
     rate: float,
     kills: int,
@@ -93,15 +126,18 @@ def chaos(
     seed: int | None,
     no_broker_restart: bool,
     json_path: Path,
-    bootstrap: str | None,
     jars_dir: Path,
     workdir: Path | None,
 ) -> None:
     """Calls under SIGKILLs, a broker restart and scaling; exit 1 unless nothing was lost."""
+    from rich.console import Console
+
+    from .observe import quiet_kafka_logs
     from .report import render
-    from .scenario import ChaosOptions, run_chaos
+    from .scenario import ChaosOptions, ChaosRun
 
     quiet_kafka_logs()
+    bootstrap = _given_broker(ctx)
     options = ChaosOptions(
         calls=calls,
         rate=rate,
@@ -114,14 +150,27 @@ def chaos(
         seed=seed,
     )
     with _run_dir(workdir) as root:
-        if bootstrap:
-            console.print("[yellow]a given broker cannot be restarted: no broker restart[/yellow]")
+        if bootstrap and not no_broker_restart:
+            note("a given broker cannot be restarted: the run skips the broker restart")
         figures = asyncio.run(
-            _with_broker(bootstrap, root, jars_dir, lambda b: run_chaos(options, b, root / "run"))
+            _with_broker(
+                bootstrap,
+                root,
+                jars_dir,
+                lambda b: _chaos_with_progress(ChaosRun(options, b, root / "run")),
+            )
         )
-    render(figures, console)
+    render(figures, Console())
     _write_json(json_path, {"options": dataclasses.asdict(options), "figures": figures.to_json()})
-    sys.exit(0 if figures.passed else 1)
+    restarts = sum(1 for f in figures.faults if f.kind == "broker restart")
+    click.echo(
+        f"chaos {'PASSED' if figures.passed else 'FAILED'} ({figures.guarantee}): "
+        f"{figures.calls} calls in {figures.duration_s:.0f} s, {figures.worker_kills} worker "
+        f"kill(s), {restarts} broker restart(s); {figures.calls_without_terminal_reply} without "
+        f"a final reply, {figures.approved_runs_twice} approved run twice, final lag "
+        f"{figures.final_lag}; figures in {json_path}"
+    )
+    raise click.exceptions.Exit(int(ExitCode.OK if figures.passed else ExitCode.FAILED))
 
 
 class _run_dir:
@@ -151,31 +200,47 @@ class _run_dir:
 @click.option(
     "--json", "json_path", type=click.Path(path_type=Path), default=Path("fuzz-figures.json")
 )
-@_bootstrap
 @_jars
 @_workdir
+@click.pass_context
 def fuzz(
+    ctx: click.Context,
     calls: int,
     decisions: int,
     seed: int,
     max_seconds: float,
     json_path: Path,
-    bootstrap: str | None,
     jars_dir: Path,
     workdir: Path | None,
 ) -> None:
     """Malformed calls and decisions among valid ones; exit 1 unless each got its answer."""
-    from .fuzz import FuzzOptions, render_fuzz, run_fuzz
+    from rich.console import Console
+
+    from .fuzz import FuzzOptions, FuzzRun, render_fuzz
+    from .observe import quiet_kafka_logs
 
     quiet_kafka_logs()
+    bootstrap = _given_broker(ctx)
     options = FuzzOptions(calls=calls, decisions=decisions, seed=seed, max_seconds=max_seconds)
     with _run_dir(workdir) as root:
         figures = asyncio.run(
-            _with_broker(bootstrap, root, jars_dir, lambda b: run_fuzz(options, b, root / "run"))
+            _with_broker(
+                bootstrap,
+                root,
+                jars_dir,
+                lambda b: _fuzz_with_progress(FuzzRun(options, b, root / "run")),
+            )
         )
-    render_fuzz(figures, console)
+    render_fuzz(figures, Console())
     _write_json(json_path, {"options": dataclasses.asdict(options), "figures": figures.to_json()})
-    sys.exit(0 if figures.passed else 1)
+    click.echo(
+        f"fuzz {'PASSED' if figures.passed else 'FAILED'}: {figures.malformed_calls} malformed "
+        f"calls, {figures.malformed_decisions} malformed decisions, {figures.valid_calls} valid "
+        f"calls in {figures.duration_s:.0f} s; {figures.calls_without_one_error_reply} without "
+        f"one error reply, {figures.valid_calls_without_reply} valid without a reply, "
+        f"{figures.worker_restarts} worker restart(s); figures in {json_path}"
+    )
+    raise click.exceptions.Exit(int(ExitCode.OK if figures.passed else ExitCode.FAILED))
 
 
 COMMANDS = [chaos, fuzz]

@@ -52,7 +52,7 @@ class BrokerControl:
     async def kill(self) -> None:
         """SIGKILL the broker (its data stays, as after a power cut of the process)."""
         if self.config is None:
-            raise BrokerError("a broker given by --bootstrap cannot be killed by this run")
+            raise BrokerError("a broker given by --broker cannot be killed by this run")
         await asyncio.to_thread(local.stop, self.config, kill=True)
 
     async def start_again(self) -> None:
