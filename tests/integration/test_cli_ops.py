@@ -1,47 +1,32 @@
-"""`stream-adapter call` and `dlq list|replay` as a user runs them, against a real worker."""
+"""`stream-adapter call`, `approvals` and `dlq list|replay` as a user runs them, against a real
+worker: replies, exit codes, what stderr says while waiting, output for terminals and pipes."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
-from dataclasses import dataclass
-from typing import Any
+import re
 
-import orjson
-
+from stream_adapter.commands.exits import ExitCode
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
-from tests.harness import ROOT, Client, WorkerProcess, dead_letters, unique
+from tests.cli_support import Ran, clean_env, run, run_in_terminal
+from tests.harness import Client, WorkerProcess, dead_letters, read_all, unique
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-@dataclass
-class Ran:
-    code: int
-    out: str
-    err: str
-
-    def json_lines(self) -> list[dict[str, Any]]:
-        return [orjson.loads(line) for line in self.out.splitlines() if line.startswith("{")]
+def env_of(settings: Settings) -> dict[str, str]:
+    return clean_env(**settings.to_env())
 
 
-async def cli(settings: Settings, *args: str, timeout_s: float = 60.0) -> Ran:
-    """Run `python -m stream_adapter ARGS` with settings in its environment."""
-    env = {**os.environ, **settings.to_env(), "COLUMNS": "200"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "stream_adapter",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        stdin=asyncio.subprocess.DEVNULL,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-    assert proc.returncode is not None
-    return Ran(proc.returncode, out.decode(), err.decode())
+async def cli(settings: Settings, *args: str, stdin: str | None = None) -> Ran:
+    """`stream-adapter ARGS` with settings in its environment, off the event loop."""
+    return await asyncio.to_thread(run, *args, env=env_of(settings), stdin=stdin)
+
+
+def terminal(settings: Settings, *args: str, columns: int) -> str:
+    """What `stream-adapter ARGS` shows on a terminal this wide, without colours."""
+    return ANSI.sub("", run_in_terminal(*args, env=env_of(settings), columns=columns))
 
 
 async def test_call_prints_the_reply(worker: WorkerProcess, settings: Settings) -> None:
@@ -50,13 +35,37 @@ async def test_call_prints_the_reply(worker: WorkerProcess, settings: Settings) 
     [reply] = ran.json_lines()
     assert reply["status"] == "ok" and reply["result"] == 5
     assert reply["run_id"].startswith("run_") and reply["call_id"].startswith("call_")
+    sent = re.search(r"^sent (\S+:\d+:\d+) \(run_id (\S+), call_id (\S+)\)", ran.err, re.M)
+    assert sent is not None, ran.err
+    assert (sent[2], sent[3]) == (reply["run_id"], reply["call_id"])
+    assert (sent[2], sent[3]) == derive_ids(sent[1], settings.source)
+
+    piped = await cli(settings, "call", "add", "-", stdin='{"a": 20, "b": 22}')
+    assert piped.code == 0, piped
+    assert [r["result"] for r in piped.json_lines()] == [42]
 
     failed = await cli(settings, "call", "boom", "--wait", "30")
-    assert failed.code == 1, failed
+    assert failed.code == ExitCode.FAILED, failed
     assert failed.json_lines()[0]["error"]["kind"] == "ToolFailed"
 
     bad = await cli(settings, "call", "echo", "[1, 2]")
-    assert bad.code == 2 and "JSON object" in bad.err
+    assert bad.code == ExitCode.USAGE and "JSON object" in bad.err
+
+
+async def test_a_missing_topic_stops_call_at_once(settings: Settings) -> None:
+    missing = unique("missing")
+    ran = await cli(settings, "call", "add", '{"a": 1, "b": 1}', "--calls-topic", missing)
+    assert ran.code == ExitCode.TOPICS, ran
+    assert ran.err == (
+        f"Error (TopicMissing): topic '{missing}' does not exist "
+        "(run `stream-adapter topics create`)\n"
+    )
+    no_replies = await cli(settings, "call", "add", '{"a": 1, "b": 1}', "--replies-topic", missing)
+    assert no_replies.code == ExitCode.TOPICS and missing in no_replies.err, no_replies
+    assert await read_all(settings.bootstrap_servers, settings.calls_topic) == []  # nothing sent
+    for command in (("dlq", "list"), ("dlq", "replay")):
+        dlq = await cli(settings, *command, "--dlq-topic", missing)
+        assert dlq.code == ExitCode.TOPICS and missing in dlq.err, dlq
 
 
 async def test_call_follows_pending_approval_to_the_final_reply(
@@ -68,18 +77,35 @@ async def test_call_follows_pending_approval_to_the_final_reply(
         cli(settings, "call", "send_invoice", args, "--run-id", run_id, "--wait", "40")
     )
     pending = await client.reply_for(status="pending_approval", run_id=run_id)
-    await client.decide(pending["approval_id"], True)
+    approval_id = pending["approval_id"]
+    # The ids are never cut on a terminal, however narrow: they can be pasted.
+    listed = await asyncio.to_thread(terminal, settings, "approvals", "list", columns=60)
+    assert approval_id in listed and run_id in listed, listed
+    assert "…" not in listed
+    await client.decide(approval_id, True)
     ran = await running
     assert ran.code == 0, ran
     statuses = [r["status"] for r in ran.json_lines()]
     assert statuses == ["pending_approval", "ok"]
+    # While it waited, stderr named the approval and where to decide it.
+    url = f"http://127.0.0.1:{settings.review_port}/"
+    assert f"pending approval {approval_id}: decide at {url}" in ran.err, ran.err
+    assert f"stream-adapter approvals decide {approval_id} --approve" in ran.err
 
     # Not decided within --wait: the pending reply is printed, exit code 3.
     short = await cli(
         settings, "call", "send_invoice", args, "--run-id", unique("run"), "--wait", "5"
     )
-    assert short.code == 3, short
+    assert short.code == ExitCode.PENDING, short
     assert [r["status"] for r in short.json_lines()] == ["pending_approval"]
+    rows = (await cli(settings, "approvals", "list", "--state", "pending")).tsv()
+    [row] = [r for r in rows if r["approval_id"] == short.json_lines()[0]["approval_id"]]
+    assert row["state"] == "pending" and row["tool"] == "send_invoice"
+
+    # Deciding one that is no longer pending: exit 5, nothing written.
+    again = await cli(settings, "approvals", "decide", approval_id, "--deny", "--reviewer", "bo")
+    assert again.code == ExitCode.NOT_PENDING, again
+    assert again.err.startswith(f"Error (ApprovalConflict): {approval_id}: approval is ")
 
 
 async def test_dlq_list_shows_origin_and_kind(
@@ -95,10 +121,19 @@ async def test_dlq_list_shows_origin_and_kind(
     assert rows[boom.message_id]["error_kind"] == "ToolFailed"
     assert rows[missing.message_id]["error_kind"] == "ToolNotFound"
     assert rows[boom.message_id]["source_topic"] == settings.calls_topic
+    typed = rows[boom.message_id]  # numbers as numbers, flags as booleans
+    assert typed["attempts"] == 1 and typed["error_status"] == 500
+    assert typed["retryable"] is False and isinstance(typed["partition"], int)
     only = await cli(settings, "dlq", "list", "--json", "--filter", "ToolNotFound")
     assert [row["message_id"] for row in only.json_lines()] == [missing.message_id]
-    table = await cli(settings, "dlq", "list")
-    assert "ToolFailed" in table.out and "2 dead letter(s)" in table.out
+    piped = await cli(settings, "dlq", "list")  # not a terminal: tab-separated, header first
+    assert {row["message_id"]: row["error_kind"] for row in piped.tsv()} == {
+        boom.message_id: "ToolFailed",
+        missing.message_id: "ToolNotFound",
+    }
+    assert piped.err == f"2 dead letter(s) in {settings.dlq_topic}\n"
+    shown = await asyncio.to_thread(terminal, settings, "dlq", "list", columns=50)
+    assert boom.message_id in shown and missing.message_id in shown, shown
 
 
 async def test_replayed_call_is_answered_with_its_original_ids(
@@ -114,7 +149,9 @@ async def test_replayed_call_is_answered_with_its_original_ids(
 
     ran = await cli(settings, "dlq", "replay", "--filter", "ToolFailed")
     assert ran.code == 0, ran
-    assert "replayed 1" in ran.out
+    assert ran.out.splitlines()[0] == (
+        f"replayed 1 of 1 dead letter(s) to {settings.calls_topic}; skipped 0"
+    )
     ok = await client.reply_for(status="ok", run_id=flaky.run_id)
     assert (ok["run_id"], ok["call_id"]) == (flaky.run_id, flaky.call_id)
     assert (flaky.run_id, flaky.call_id) == derive_ids(flaky.message_id, settings.source)
@@ -124,7 +161,8 @@ async def test_replayed_call_is_answered_with_its_original_ids(
     everything = await cli(settings, "dlq", "replay", "--limit", "5")
     assert everything.code == 0, everything
     assert "skipped 1: not from the calls topic" in everything.out
-    assert "replayed 2" in everything.out  # flaky (ok again) and the unknown tool
+    # flaky (ok again) and the unknown tool; the decision is skipped
+    assert "replayed 2 of 3 dead letter(s)" in everything.out
     await client.wait_replies(
         lambda rs: len([r for r in rs if r["run_id"] == missing.run_id]) == 2,
         what="the replayed unknown-tool call's error reply",

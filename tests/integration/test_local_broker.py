@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -13,6 +14,7 @@ from aiokafka.structs import TopicPartition
 
 from stream_adapter.broker import local
 from stream_adapter.errors import BrokerError
+from tests.cli_support import run
 from tests.conftest import JARS_DIR
 
 pytestmark = pytest.mark.skipif(
@@ -141,3 +143,15 @@ def test_cli_start_status_stop(own_broker: local.BrokerConfig) -> None:
         )
     assert "stopped" in stopped.stdout
     assert not local.status(own).running
+
+
+def test_cli_status_asks_the_port_from_any_folder(kafka_bootstrap: str, tmp_path: Path) -> None:
+    # A folder without .kafka: the broker was started elsewhere, yet it answers.
+    port = kafka_bootstrap.split(",")[0].rsplit(":", 1)[1]
+    ran = run("kafka", "status", "--port", port, cwd=tmp_path)
+    assert ran.code == 0, ran
+    assert ran.out == f"a broker answers on 127.0.0.1:{port} (not started from .kafka)\n"
+    as_json = run("kafka", "status", "--port", port, "--json", cwd=tmp_path)
+    assert as_json.json_lines() == [
+        {"bootstrap": f"127.0.0.1:{port}", "answers": True, "pid": None, "home": ".kafka"}
+    ]

@@ -154,11 +154,11 @@ async def test_operator_commands_list_and_decide(
     again = cli(
         review_settings, "approvals", "decide", approval_id, "--approve", "--reviewer", "ops"
     )
-    assert again.returncode == 1 and "ApprovalConflict" in again.stderr
+    assert again.returncode == 5 and "ApprovalConflict" in again.stderr  # exit 5: not pending
     unknown = cli(
         review_settings, "approvals", "decide", "appr_nope", "--approve", "--reviewer", "x"
     )
-    assert unknown.returncode == 1 and "ApprovalNotFound" in unknown.stderr
+    assert unknown.returncode == 5 and "ApprovalNotFound" in unknown.stderr
     done = cli(review_settings, "approvals", "list", "--state", "denied", "--json")
     assert [json.loads(line)["reviewer"] for line in done.stdout.splitlines()] == ["ops"]
     assert ledger_lines(worker.ledger) == []

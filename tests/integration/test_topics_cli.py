@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,11 @@ async def test_create_is_idempotent_and_describe_is_clean(
     assert described.returncode == 0
     for name in (settings.calls_topic, settings.approvals_topic, approval_requests_topic(settings)):
         assert name in described.stdout
+    as_json = _cli(settings, "topics", "describe", "--json")
+    rows = {row["topic"]: row for row in map(json.loads, as_json.stdout.splitlines())}
+    assert rows[settings.approvals_topic]["partitions"] == settings.partitions  # an int
+    assert rows[settings.approvals_topic]["config"] == "cleanup.policy=compact"
+    assert all(row["state"] == "ok" and row["drift"] == [] for row in rows.values())
 
 
 async def test_drift_is_reported(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -52,10 +58,12 @@ async def test_drift_is_reported(kafka_bootstrap: str, tmp_path: Path) -> None:
     )
     await admin.close()
     created = _cli(settings, "topics", "create")
-    assert created.returncode == 2, created.stdout
+    assert created.returncode == 6, created.stdout  # a topic differs from its spec
     assert f"has 2 partitions, needs {settings.partitions}" in created.stdout
     assert "cleanup.policy=delete, needs compact" in created.stdout
     described = _cli(settings, "topics", "describe")
-    assert described.returncode == 2
+    assert described.returncode == 6
+    assert f"2 topic(s) missing or not as specified: {settings.calls_topic}" in described.stderr
     missing = make_settings(kafka_bootstrap, tmp_path / "other")
-    assert "missing" in _cli(missing, "topics", "describe").stdout
+    absent = _cli(missing, "topics", "describe")
+    assert absent.returncode == 6 and "missing" in absent.stdout

@@ -1,0 +1,54 @@
+"""`stream-adapter chaos` and `fuzz` through the real command, small, on the session's broker
+named with `--broker`: the option reaches the run, and each run ends with its summary line.
+
+(The CI-sized runs on a broker of their own, which the chaos run kills: test_chaos.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_support import run
+
+pytestmark = pytest.mark.timeout(600)
+
+
+async def test_chaos_takes_broker_and_ends_with_a_summary(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    figures = tmp_path / "chaos.json"
+    args = ("--calls", "20", "--rate", "20", "--kills", "0", "--partitions", "2")
+    args += ("--session-timeout", "6", "--max-seconds", "240", "--json", str(figures))
+    ran = await asyncio.to_thread(
+        run, "chaos", *args, "--broker", kafka_bootstrap, cwd=tmp_path, timeout_s=400
+    )
+    assert ran.code == 0, ran
+    assert f"using the broker at {kafka_bootstrap} (it is not restarted)" in ran.err
+    assert "the run skips the broker restart" in ran.err
+    assert "starting a local Kafka broker" not in ran.err
+    assert ran.out.splitlines()[-1].startswith("chaos PASSED (at_least_once): 20 calls in "), (
+        ran.out
+    )
+    assert "0 broker restart(s); 0 without a final reply" in ran.out
+    data = json.loads(figures.read_text())
+    assert data["figures"]["passed"] is True and data["figures"]["broker"].startswith("given")
+
+
+async def test_fuzz_takes_broker_and_ends_with_a_summary(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    figures = tmp_path / "fuzz.json"
+    args = ("--calls", "30", "--decisions", "5", "--max-seconds", "180", "--json", str(figures))
+    ran = await asyncio.to_thread(
+        run, "fuzz", *args, "--broker", kafka_bootstrap, cwd=tmp_path, timeout_s=400
+    )
+    assert ran.code == 0, ran
+    assert f"using the broker at {kafka_bootstrap}" in ran.err
+    assert ran.out.splitlines()[-1].startswith(
+        "fuzz PASSED: 30 malformed calls, 5 malformed decisions, "
+    ), ran.out
+    assert json.loads(figures.read_text())["figures"]["passed"] is True
