@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
+import subprocess
+import sys
 
 from stream_adapter.commands.exits import ExitCode
 from stream_adapter.ids import derive_ids
@@ -66,6 +69,26 @@ async def test_a_missing_topic_stops_call_at_once(settings: Settings) -> None:
     for command in (("dlq", "list"), ("dlq", "replay")):
         dlq = await cli(settings, *command, "--dlq-topic", missing)
         assert dlq.code == ExitCode.TOPICS and missing in dlq.err, dlq
+
+
+def test_ctrl_c_while_waiting_is_one_line_and_exit_130(settings: Settings) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stream_adapter", "call", "echo", "--wait", "60"],
+        env=env_of(settings),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    try:
+        assert proc.stderr.readline().startswith("sent ")  # no worker: it waits
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == ExitCode.INTERRUPTED
+    assert (out, err) == ("", "Error: interrupted\n")
 
 
 async def test_call_follows_pending_approval_to_the_final_reply(

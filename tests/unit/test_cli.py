@@ -129,8 +129,9 @@ def test_tools_lists_the_topology_tools() -> None:
     assert [row["tool"] for row in own.json_lines()] == ["spin"], own.err
 
 
-def test_a_topology_that_cannot_load_is_a_config_error() -> None:
-    ran = run("tools", "--topology", "no.such.module")
+@pytest.mark.parametrize("command", ["tools", "worker"])
+def test_a_topology_that_cannot_load_is_a_config_error(command: str) -> None:
+    ran = run(command, "--topology", "no.such.module")
     assert ran.code == ExitCode.CONFIG
     line = one_error_line(ran.err)
     assert line.startswith("Error (ConfigError): cannot import topology 'no.such.module'")

@@ -1,13 +1,15 @@
-"""`stream-adapter chaos` and `fuzz` through the real command, small, on the session's broker
-named with `--broker`: the option reaches the run, and each run ends with its summary line.
+"""`stream-adapter chaos`, `fuzz` and `bench` through the real command, small, on the session's
+broker named with `--broker`: the option reaches the run, progress goes to stderr, and each run
+ends with its summary line.
 
-(The CI-sized runs on a broker of their own, which the chaos run kills: test_chaos.py.)
+(The CI-sized chaos runs on a broker of their own, which the chaos run kills: test_chaos.py.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,29 @@ async def test_fuzz_takes_broker_and_ends_with_a_summary(
         "fuzz PASSED: 30 malformed calls, 5 malformed decisions, "
     ), ran.out
     assert json.loads(figures.read_text())["figures"]["passed"] is True
+
+
+async def test_bench_takes_broker_shows_its_steps_and_ends_with_a_summary(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "bench"
+    args = ("--calls", "200", "--partitions", "2", "--out", str(out), "--paced-s", "1")
+    args += ("--paced-fraction", "0.5", "--warm-paced-s", "0.5")
+    args += ("--skip", "baseline", "--skip", "eos", "--skip", "quix", "--skip", "sleep")
+    ran = await asyncio.to_thread(
+        run, "bench", *args, "--broker", kafka_bootstrap, cwd=tmp_path, timeout_s=400
+    )
+    assert ran.code == 0, ran
+    steps = ran.err.splitlines()
+    assert steps[0] == f"[00:00] using the broker at {kafka_bootstrap}", ran.err
+    assert all(re.match(r"\[\d\d:\d\d\] ", step) for step in steps), ran.err
+    assert any(step.endswith("running worker (200 calls)") for step in steps), ran.err
+    summary = ran.out.splitlines()[-1]
+    assert re.fullmatch(
+        r"bench done: 1 contender\(s\) in [\d.]+ min; worker [\d,]+ calls/s, p99 [\d.]+ ms "
+        rf"at [\d,]+/s; wrote {re.escape(str(out / 'bench.json'))} and .*bench\.png",
+        summary,
+    ), summary
+    assert [r["name"] for r in json.loads((out / "bench.json").read_text())["results"]] == [
+        "worker"
+    ]
