@@ -75,6 +75,7 @@ class CliProcess:
     extra_env: dict[str, str] = field(default_factory=dict)
     name: str = ""
     proc: subprocess.Popen[bytes] | None = None
+    args: tuple[str, ...] = ()  # after the command, e.g. ("--web-port", "0")
 
     def __post_init__(self) -> None:
         self.name = self.name or self.command
@@ -94,7 +95,7 @@ class CliProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "stream_adapter", self.command],
+                [sys.executable, "-m", "stream_adapter", self.command, *self.args],
                 cwd=self.workdir,
                 env=self.env(),
                 stdout=log,

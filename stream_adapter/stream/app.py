@@ -50,7 +50,9 @@ def build_app(
         topic_partitions=p,
         topic_replication_factor=settings.replication_factor,
         web_enabled=False,
-        web_port=settings.web_port,
+        # Faust's own server stays off; its port only names this worker in the group's
+        # metadata (canonical_url), and Faust refuses 0, which turns our metrics server off.
+        **({"web_port": settings.web_port} if settings.web_port else {}),
         producer_acks=-1,
         # Faust's 1 000 000 is below what the broker admits on tool-calls (~1 MiB), so a big
         # call could be neither answered nor dead-lettered; a park request carries the call

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from stream_adapter.commands.exits import ExitCode
 from stream_adapter.ids import derive_ids
@@ -69,6 +70,21 @@ async def test_a_missing_topic_stops_call_at_once(settings: Settings) -> None:
     for command in (("dlq", "list"), ("dlq", "replay")):
         dlq = await cli(settings, *command, "--dlq-topic", missing)
         assert dlq.code == ExitCode.TOPICS and missing in dlq.err, dlq
+
+
+async def test_worker_with_web_port_0_serves_without_metrics(
+    settings: Settings, client: Client, tmp_path: Path
+) -> None:
+    worker = WorkerProcess(settings, tmp_path / "work", args=("--web-port", "0")).start()
+    try:
+        await worker.ready()
+        sent = await client.call("add", {"a": 1, "b": 41})
+        reply = await client.reply_for(run_id=sent.run_id)
+        assert reply["result"] == 42
+        log = worker.log_text()
+        assert "metrics server listening" not in log and "ImproperlyConfigured" not in log
+    finally:
+        worker.kill()
 
 
 def test_ctrl_c_while_waiting_is_one_line_and_exit_130(settings: Settings) -> None:
