@@ -7,6 +7,7 @@ Failures print one `Error:` line and exit with the code of their kind (commands/
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any, TypeVar
@@ -82,7 +83,7 @@ class Root(LazyGroup):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort, BrokenPipeError):
             raise  # click prints these (a closed pipe: quietly)
-        except (Exception, KeyboardInterrupt) as exc:
+        except (Exception, KeyboardInterrupt, asyncio.CancelledError) as exc:
             source = ctx.find_object(SettingsSource) or SettingsSource()
             raise exits.fail(exc, broker=_bootstrap(source), debug=source.debug) from None
 
@@ -296,11 +297,16 @@ def load_topology(settings: Settings) -> Any:
 @cli.command()
 @pass_settings
 def worker(settings: Settings) -> None:
-    """Run the Faust worker of the configured topology until SIGTERM or Ctrl-C."""
+    """Run the Faust worker of the configured topology until SIGTERM or Ctrl-C.
+
+    Exit 7 when the broker does not answer at start, 8 when the topology cannot be loaded.
+    """
+    from stream_adapter.ops.topic import reachable
     from stream_adapter.stream.worker import run_worker
 
     if getattr(load_topology(settings), "app", None) is None:
         raise ConfigError(f"topology {settings.topology!r} has no `app`")
+    run_client(reachable(settings))
     run_worker(settings)
 
 

@@ -20,7 +20,14 @@ CLIENT_LOGGERS = ("aiokafka", "asyncio")
 def run_client(work: Coroutine[Any, Any, T]) -> T:
     """asyncio.run(work) with the Kafka clients' own logs quiet (all of them at debug)."""
     ctx = click.get_current_context(silent=True)
-    if ctx is None or not source_of(ctx).debug:
-        for name in CLIENT_LOGGERS:
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-    return asyncio.run(work)
+    if ctx is not None and source_of(ctx).debug:
+        return asyncio.run(work)
+    loggers = [logging.getLogger(name) for name in CLIENT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        return asyncio.run(work)
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)

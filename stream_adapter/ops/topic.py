@@ -53,6 +53,14 @@ async def started(client: C, settings: Settings) -> AsyncIterator[C]:
         await client.stop()
 
 
+async def reachable(settings: Settings) -> None:
+    """BrokerError unless the broker answers a metadata request."""
+    async with started(consumer(settings), settings) as client:
+        # A request, not only the start: a consumer stopped before its first await raises
+        # CancelledError from its coordinator's unstarted task.
+        await client.topics()
+
+
 async def partitions(client: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
     """Every partition of topic; TopicMissing when the topic does not exist."""
     found = await topic_partitions(client, topic)

@@ -147,11 +147,14 @@ def test_a_topology_that_cannot_load_is_a_config_error(command: str) -> None:
         ("approvals", "decide", "appr_x", "--approve", "--reviewer", "ann"),
         ("topics", "describe"),
         ("topics", "create"),
+        ("worker",),
     ],
 )
-def test_an_unreachable_broker_is_one_line_and_exit_7(command: tuple[str, ...]) -> None:
+def test_an_unreachable_broker_is_one_line_and_exit_7(
+    command: tuple[str, ...], tmp_path: Path
+) -> None:
     nobody = f"127.0.0.1:{free_port()}"  # nothing listens there
-    ran = run(*command, "--broker", nobody)
+    ran = run(*command, "--broker", nobody, cwd=tmp_path)
     assert ran.code == ExitCode.BROKER, ran
     line = one_error_line(ran.err)
     assert line.startswith("Error (BrokerError): cannot "), line
