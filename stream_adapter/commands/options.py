@@ -184,7 +184,7 @@ def accept_after(command: click.Command) -> None:
     for name, info in Settings.model_fields.items():
         if flag(name) not in taken and name not in taken:
             command.params.append(option_for(name, info, after_command=True))
-    note = "The global options (stream-adapter -h) are accepted here too."
+    note = "The global options are accepted here too; they and the exit codes: stream-adapter -h."
     command.epilog = f"{command.epilog}\n\n{note}" if command.epilog else note
     command._settings_after = True  # type: ignore[attr-defined]
     if isinstance(command, click.Group):

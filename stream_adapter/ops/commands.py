@@ -41,6 +41,7 @@ def _arguments(text: str) -> dict[str, Any]:
     "--wait",
     "wait_s",
     type=click.FloatRange(0, min_open=True),
+    metavar="SECONDS",
     default=30.0,
     show_default=True,
     help="Seconds to wait for the final reply (following pending_approval).",

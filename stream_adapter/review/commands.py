@@ -131,7 +131,8 @@ async def _decide(settings: Settings, approval_id: str, **decision: Any) -> Any:
 @click.option(
     "--wait",
     "wait_s",
-    type=float,
+    type=click.FloatRange(0),
+    metavar="SECONDS",
     default=10.0,
     show_default=True,
     help="Seconds to wait for the worker to show the decision.",
