@@ -58,7 +58,7 @@ class BrokerControl:
     async def start_again(self) -> None:
         """Start the killed broker on the same ports and data; returns once it answers."""
         if self.config is None:
-            raise BrokerError("a broker given by --bootstrap cannot be restarted by this run")
+            raise BrokerError("a broker given by --broker cannot be restarted by this run")
         await asyncio.to_thread(local.start, self.config)
 
     async def stop(self) -> None:
