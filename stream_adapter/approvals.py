@@ -22,6 +22,7 @@ from stream_adapter.replies import Reply, already_done_reply, pending_reply
 
 __all__ = [
     "MAX_DECISION_BYTES",
+    "MAX_RUNS",
     "ApprovalRecord",
     "ApprovalState",
     "ApprovalStore",
@@ -34,11 +35,18 @@ __all__ = [
     "new_record",
     "next_step",
     "parse_decision",
+    "rerun",
+    "run_age_s",
     "settled_reply",
     "utc_now",
 ]
 
 MAX_DECISION_BYTES = 64 * 1024
+
+MAX_RUNS = 3
+"""How many times an approved call of an idempotent tool may be started in all. A call whose
+runs keep dying with the worker stops being retried and answers `outcome: unknown`, so it
+cannot hold a worker in a crash loop."""
 
 
 class ApprovalState(StrEnum):
@@ -75,6 +83,11 @@ class ApprovalRecord(BaseModel):
     decided_at: str | None = None
     reason: str | None = None
     reply: dict[str, Any] | None = None
+    runs: int = 0
+    """How many times the call was started (approved → running counts one)."""
+    started_at: str | None = None
+    """When the last run started: a host reruns an idempotent call only once that run is
+    surely over (see `next_step`)."""
 
     def to_bytes(self) -> bytes:
         """JSON bytes for a table, a changelog or a database row."""
@@ -160,7 +173,27 @@ def begin_run(record: ApprovalRecord) -> ApprovalRecord:
         raise ApprovalConflict(
             f"approval is {record.state}, not approved", approval_id=record.approval_id
         )
-    return record.model_copy(update={"state": ApprovalState.RUNNING})
+    return record.model_copy(
+        update={"state": ApprovalState.RUNNING, "runs": record.runs + 1, "started_at": utc_now()}
+    )
+
+
+def rerun(record: ApprovalRecord) -> ApprovalRecord:
+    """running → running once more, for an idempotent tool whose earlier run left no outcome."""
+    if record.state is not ApprovalState.RUNNING or record.runs >= MAX_RUNS:
+        raise ApprovalConflict(
+            f"approval is {record.state} after {record.runs} runs, not to be run again",
+            approval_id=record.approval_id,
+        )
+    return record.model_copy(update={"runs": record.runs + 1, "started_at": utc_now()})
+
+
+def run_age_s(record: ApprovalRecord, now: datetime | None = None) -> float:
+    """Seconds since record's last run started (infinite when it does not say)."""
+    if record.started_at is None:
+        return float("inf")
+    started = datetime.fromisoformat(record.started_at.replace("Z", "+00:00"))
+    return ((now or datetime.now(UTC)) - started).total_seconds()
 
 
 def finish(record: ApprovalRecord, reply: Reply) -> ApprovalRecord:
@@ -177,6 +210,8 @@ class Step(StrEnum):
 
     WAIT = "wait"  # pending: reply pending_approval again
     RUN = "run"  # approved: claim it and run the call once
+    RERUN = "rerun"  # running, idempotent tool: its run left no outcome; run it again
+    BUSY = "busy"  # running, idempotent tool, maybe still running elsewhere: try again later
     DENY = "deny"  # denied: ApprovalDenied
     DONE = "done"  # running or done: reply already_done
 
@@ -190,14 +225,26 @@ _STEPS = {
 }
 
 
-def next_step(record: ApprovalRecord) -> Step:
-    """The step for record's state."""
+def next_step(
+    record: ApprovalRecord, *, idempotent: bool = False, rerun_after_s: float = 0.0
+) -> Step:
+    """The step for record's state.
+
+    A `running` record met again means a run with no outcome yet: over if its worker or host
+    died, or still going elsewhere. A non-idempotent call stays at most once (`already_done`,
+    outcome unknown). An idempotent one runs again with the same call_id, up to MAX_RUNS
+    starts in all, once its last run started `rerun_after_s` ago (`Step.BUSY` before then):
+    the worker knows which runs are its own and live, so it passes 0; a host cannot, so it
+    waits until the last run is surely past its timeout.
+    """
+    if idempotent and record.state is ApprovalState.RUNNING and record.runs < MAX_RUNS:
+        return Step.RERUN if run_age_s(record) >= rerun_after_s else Step.BUSY
     return _STEPS[record.state]
 
 
 def settled_reply(record: ApprovalRecord) -> Reply:
     """pending_approval for a pending record, already_done (with outcome) once used."""
-    step = next_step(record)
+    step = _STEPS[record.state]
     if step is Step.WAIT:
         return pending_reply(record.tool, record.run_id, record.call_id, record.approval_id)
     if step is Step.DONE:
@@ -241,6 +288,13 @@ class ApprovalStore(Protocol):
 
     async def finish(self, approval_id: str, reply: Reply) -> ApprovalRecord:
         """running → done with the terminal reply."""
+        ...
+
+    async def reclaim(
+        self, approval_id: str, *, rerun_after_s: float = 0.0
+    ) -> tuple[ApprovalRecord, bool]:
+        """running → running with one more run (`rerun`) when `next_step` says RERUN for an
+        idempotent tool; True when the caller may run the call again."""
         ...
 
     async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:

@@ -8,6 +8,7 @@ from typing import Any
 from stream_adapter import logs
 from stream_adapter.approvals import (
     ApprovalRecord,
+    ApprovalState,
     ApprovalStore,
     Decision,
     Step,
@@ -23,6 +24,8 @@ from stream_adapter.errors import (
     ApprovalConflict,
     ApprovalNotFound,
     ToolFailed,
+    ToolNotFound,
+    ToolTimeout,
     ToolUsageError,
     error_reply,
 )
@@ -30,7 +33,7 @@ from stream_adapter.executor import Executor
 from stream_adapter.replies import Reply, error_reply_body, ok_reply
 from stream_adapter.tools import Tool
 
-__all__ = ["handle_envelope", "record_decision"]
+__all__ = ["handle_envelope", "record_decision", "rerun_after"]
 
 
 async def handle_envelope(
@@ -118,15 +121,31 @@ async def _answer(
     tool: Tool | None,
     tools: Collection[str] | None = None,
 ) -> Reply:
-    """The reply for record's state; an approved record is claimed and run at most once."""
-    step = next_step(record)
+    """The reply for record's state; an approved record is claimed and run at most once, and
+    a run that died is run again only for an idempotent tool."""
+    if record.state is ApprovalState.RUNNING and tool is None:
+        tool = _tool_or_none(executor, record.tool, tools)
+    idempotent = tool is not None and tool.idempotent
+    rerun_after_s = rerun_after(tool)
+    step = next_step(record, idempotent=idempotent, rerun_after_s=rerun_after_s)
     if step is Step.DENY:
         raise denial(record)
-    if step is not Step.RUN:
+    if step is Step.BUSY:
+        raise ToolTimeout(
+            "the approved call may still be running elsewhere; deliver it again later",
+            tool=record.tool,
+            run_id=record.run_id,
+            call_id=record.call_id,
+            approval_id=record.approval_id,
+        )
+    if step not in (Step.RUN, Step.RERUN):
         return settled_reply(record)
     tool = tool or executor.resolve(record.tool, tools)
     store = _store(executor, tool.name)
-    record, won = await store.claim(record.approval_id)
+    if step is Step.RUN:
+        record, won = await store.claim(record.approval_id)
+    else:
+        record, won = await store.reclaim(record.approval_id, rerun_after_s=rerun_after_s)
     if not won:
         return await _answer(executor, record, tool=tool, tools=tools)
     ids = {"run_id": record.run_id, "call_id": record.call_id, "approval_id": record.approval_id}
@@ -134,11 +153,45 @@ async def _answer(
         result = await executor.run_tool(tool, record.arguments, **ids)
     except AdapterError as exc:
         exc.retryable = False  # the decision is used: this approval never runs again
-        await store.finish(record.approval_id, error_reply_body(exc, tool=tool.name, **ids))
+        await _finish(store, record, error_reply_body(exc, tool=tool.name, **ids))
         raise
     reply = ok_reply(tool.name, record.run_id, record.call_id, result, record.approval_id)
-    await store.finish(record.approval_id, reply)
+    await _finish(store, record, reply)
     return reply
+
+
+RERUN_GRACE_S = 30.0
+"""Added to a tool's timeout before a host takes its run for dead."""
+RERUN_AFTER_DEFAULT_S = 900.0
+"""When the tool has no timeout: the longest a serverless invocation lives (Lambda's 15 min)."""
+
+
+def rerun_after(tool: Tool | None) -> float:
+    """How old a run of tool must be before a host takes it for dead and runs it again.
+
+    A host cannot tell a dead run from one still going in another process, so it waits until
+    the run is surely past its timeout; until then a redelivery fails retryably (ToolTimeout)
+    and the queue delivers it again later.
+    """
+    if tool is None or tool.timeout_s is None:
+        return RERUN_AFTER_DEFAULT_S
+    return tool.timeout_s + RERUN_GRACE_S
+
+
+def _tool_or_none(executor: Executor, name: str, tools: Collection[str] | None) -> Tool | None:
+    try:
+        return executor.resolve(name, tools)
+    except ToolNotFound:
+        return None
+
+
+async def _finish(store: ApprovalStore, record: ApprovalRecord, reply: Reply) -> None:
+    """running → done; an idempotent rerun racing another one may find it done already."""
+    try:
+        await store.finish(record.approval_id, reply)
+    except ApprovalConflict:
+        if record.runs <= 1:
+            raise
 
 
 async def record_decision(

@@ -80,6 +80,10 @@ class Tool:
     confirm: bool = False
     timeout_s: float | None = None
     retry_on: tuple[type[BaseException], ...] = ()
+    idempotent: bool = False
+    """The tool promises that running it twice with the same call_id has the effect of
+    running it once (it keys its side effect on call_id). An approved call of such a tool whose
+    run died with its worker runs again instead of answering `outcome: unknown`."""
     is_async: bool = field(init=False)
     args_model: type[BaseModel] = field(init=False, repr=False)
     context_param: str | None = field(init=False, repr=False)
@@ -162,6 +166,7 @@ class ToolRegistry:
         confirm: bool = False,
         timeout_s: float | None = None,
         retry_on: tuple[type[BaseException], ...] = (),
+        idempotent: bool = False,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -171,6 +176,7 @@ class ToolRegistry:
         confirm: bool = False,
         timeout_s: float | None = None,
         retry_on: tuple[type[BaseException], ...] = (),
+        idempotent: bool = False,
     ) -> Any:
         """Register a function as a tool, bare (``@tool``) or with options."""
         if callable(name):
@@ -179,7 +185,8 @@ class ToolRegistry:
             return fn
 
         def decorate(fn: F) -> F:
-            self.register(Tool(name or fn.__name__, fn, confirm, timeout_s, tuple(retry_on)))
+            tool = Tool(name or fn.__name__, fn, confirm, timeout_s, tuple(retry_on), idempotent)
+            self.register(tool)
             return fn
 
         return decorate

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import threading
@@ -71,17 +72,46 @@ def ledger_path() -> Path:
 _ledger_lock = threading.Lock()
 
 
-@registry.tool(confirm=True)
-def send_invoice(customer: str, amount_cents: int) -> dict[str, Any]:
-    """Needs a reviewer; appends one JSON line per run to the ledger (so runs can be counted)."""
+def _append_to_ledger(tool: str, fields: dict[str, Any], *, once: bool) -> bool:
+    """Append one JSON line for the current call; with `once`, only if its call_id has none.
+
+    The file lock makes the check-then-append atomic across worker processes sharing a ledger.
+    """
     from stream_adapter import current_call
 
-    line = {"call_id": current_call().call_id, "customer": customer, "amount_cents": amount_cents}
-    with _ledger_lock, ledger_path().open("a") as ledger:
-        ledger.write(json.dumps(line) + "\n")
-        ledger.flush()
-        os.fsync(ledger.fileno())
+    call_id = current_call().call_id
+    line = json.dumps({"call_id": call_id, "tool": tool, **fields})
+    with _ledger_lock, ledger_path().open("a+") as ledger:
+        fcntl.flock(ledger.fileno(), fcntl.LOCK_EX)
+        try:
+            if once:
+                ledger.seek(0)
+                if any(json.loads(seen).get("call_id") == call_id for seen in ledger if seen):
+                    return False
+            ledger.write(line + "\n")
+            ledger.flush()
+            os.fsync(ledger.fileno())
+            return True
+        finally:
+            fcntl.flock(ledger.fileno(), fcntl.LOCK_UN)
+
+
+@registry.tool(confirm=True, idempotent=True)
+def send_invoice(customer: str, amount_cents: int) -> dict[str, Any]:
+    """Needs a reviewer. Idempotent by call_id: the ledger gets one line per call, however
+    often a crash makes it run, so a run that died with its worker is simply run again."""
+    _append_to_ledger(
+        "send_invoice", {"customer": customer, "amount_cents": amount_cents}, once=True
+    )
     return {"invoiced": customer, "amount_cents": amount_cents}
+
+
+@registry.tool(confirm=True)
+def wire_funds(account: str, amount_cents: int) -> dict[str, Any]:
+    """Needs a reviewer; not idempotent: one ledger line per run, so a second run would show.
+    A run that died with its worker is never repeated; it answers `outcome: unknown`."""
+    _append_to_ledger("wire_funds", {"account": account, "amount_cents": amount_cents}, once=False)
+    return {"wired": account, "amount_cents": amount_cents}
 
 
 @registry.tool
@@ -90,7 +120,7 @@ def admin_reset() -> None:
     raise RuntimeError("admin_reset must never run")
 
 
-TOOLS = frozenset({"echo", "add", "sleep", "flaky", "boom", "send_invoice"})
+TOOLS = frozenset({"echo", "add", "sleep", "flaky", "boom", "send_invoice", "wire_funds"})
 
 
 def build_executor(store: ApprovalStore | None = None) -> Executor:

@@ -15,9 +15,12 @@ from stream_adapter.approvals import (
     ApprovalRecord,
     ApprovalState,
     Decision,
+    Step,
     apply_decision,
     begin_run,
     finish,
+    next_step,
+    rerun,
 )
 from stream_adapter.replies import Reply
 from stream_adapter.stores._common import conflict, missing
@@ -83,6 +86,22 @@ class CompareAndSetStore(ABC):
         if not await self._swap(done, ApprovalState.RUNNING):
             raise conflict(await self._require(approval_id))
         return done
+
+    async def reclaim(
+        self, approval_id: str, *, rerun_after_s: float = 0.0
+    ) -> tuple[ApprovalRecord, bool]:
+        """running → running with one more run, for idempotent tools; others get the record.
+
+        Guarded by the state alone, so two hosts meeting the same dead run at once may both
+        win: idempotent tools promise that running twice has the effect of running once.
+        """
+        record = await self._require(approval_id)
+        if next_step(record, idempotent=True, rerun_after_s=rerun_after_s) is not Step.RERUN:
+            return record, False
+        again = rerun(record)
+        if await self._swap(again, ApprovalState.RUNNING):
+            return again, True
+        return await self._require(approval_id), False
 
     async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:
         """Records, optionally only those in state, oldest first."""

@@ -9,9 +9,12 @@ from stream_adapter.approvals import (
     ApprovalRecord,
     ApprovalState,
     Decision,
+    Step,
     apply_decision,
     begin_run,
     finish,
+    next_step,
+    rerun,
 )
 from stream_adapter.replies import Reply
 from stream_adapter.stores._common import conflict, missing
@@ -64,6 +67,17 @@ class MemoryApprovalStore:
         with self._lock:
             record = self._records[approval_id] = finish(self._get(approval_id), reply)
             return record
+
+    async def reclaim(
+        self, approval_id: str, *, rerun_after_s: float = 0.0
+    ) -> tuple[ApprovalRecord, bool]:
+        """running → running with one more run, for idempotent tools; others get the record."""
+        with self._lock:
+            record = self._get(approval_id)
+            if next_step(record, idempotent=True, rerun_after_s=rerun_after_s) is not Step.RERUN:
+                return record, False
+            record = self._records[approval_id] = rerun(record)
+            return record, True
 
     async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:
         """Records, optionally only those in state, oldest first."""

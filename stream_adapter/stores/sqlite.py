@@ -14,9 +14,12 @@ from stream_adapter.approvals import (
     ApprovalRecord,
     ApprovalState,
     Decision,
+    Step,
     apply_decision,
     begin_run,
     finish,
+    next_step,
+    rerun,
 )
 from stream_adapter.replies import Reply
 from stream_adapter.stores._common import conflict, missing
@@ -141,6 +144,21 @@ class SQLiteApprovalStore:
             if not self._update(db, done, ApprovalState.RUNNING):
                 raise conflict(self._require(db, approval_id))
             return done
+
+        return await self._run(op)
+
+    async def reclaim(
+        self, approval_id: str, *, rerun_after_s: float = 0.0
+    ) -> tuple[ApprovalRecord, bool]:
+        """running → running with one more run, for idempotent tools; exact (one transaction)."""
+
+        def op(db: sqlite3.Connection) -> tuple[ApprovalRecord, bool]:
+            record = self._require(db, approval_id)
+            if next_step(record, idempotent=True, rerun_after_s=rerun_after_s) is not Step.RERUN:
+                return record, False
+            again = rerun(record)
+            self._update(db, again, ApprovalState.RUNNING)
+            return again, True
 
         return await self._run(op)
 

@@ -8,6 +8,7 @@ approved call starts only once its `running` mark is durable, so it runs at most
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -25,10 +26,11 @@ from stream_adapter.approvals import (
     new_record,
     next_step,
     parse_decision,
+    rerun,
     settled_reply,
 )
 from stream_adapter.envelope import Envelope
-from stream_adapter.errors import AdapterError, ApprovalNotFound, ToolUsageError
+from stream_adapter.errors import AdapterError, ApprovalNotFound, ToolNotFound, ToolUsageError
 from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import SignatureError
 from stream_adapter.stream.calls import PARK, RESUME
@@ -69,6 +71,10 @@ class ApprovalFlow:
         self.ctx = ctx
         self.table = table
         self.origin = origin
+        self._running: dict[str, asyncio.Event] = {}
+        """Approvals whose tool runs in this worker now, set when the run is over: a record
+        `running` for one of these has a live run, not a dead one. A redelivered message for
+        it waits for that run and answers with its outcome, never `unknown`."""
 
     async def process(self, delivery: Delivery) -> None:
         """Bring one request or decision to its terminal, durable outcome."""
@@ -168,10 +174,14 @@ class ApprovalFlow:
     async def _answer(
         self, record: ApprovalRecord, original: Delivery, partition: int, trace: Headers | None
     ) -> None:
-        """Reply for record's state; run it if it is approved and unused."""
-        step = next_step(record)
+        """Reply for record's state; run it if it is approved and unused, or run it again if
+        its tool is idempotent and its last run left no outcome."""
+        record = await self._after_live_run(record)
+        step = next_step(record, idempotent=self._idempotent(record))
         if step is Step.RUN:
             await self._run(record, partition, trace)
+        elif step is Step.RERUN:
+            await self._run(record, partition, trace, again=True)
         elif step is Step.DENY:
             body = record.reply or _denied_reply(record)
             await self.ctx.outputs.reply(body, message_id=record.message_id, headers=trace)
@@ -216,7 +226,11 @@ class ApprovalFlow:
             missing = ApprovalNotFound("no such approval", approval_id=decision.approval_id)
             await self.ctx.outputs.dead_letter(delivery, missing, attempts=1)
             return
+        record = await self._after_live_run(record)
         decided, changed = apply_decision(record, decision)
+        if not changed and next_step(record, idempotent=self._idempotent(record)) is Step.RERUN:
+            await self._run(record, delivery.partition, trace, again=True)
+            return
         if not changed:
             self._log_late(record, decision.approved)
             await self.ctx.outputs.reply(
@@ -243,36 +257,81 @@ class ApprovalFlow:
             return
         await self._run(decided, delivery.partition, trace)
 
-    async def _run(self, record: ApprovalRecord, partition: int, trace: Headers | None) -> None:
-        """Run an approved call once: `running` is durable before the tool starts."""
-        running = begin_run(record)
-        await self.table.put(running, partition, now=True)
+    async def _after_live_run(self, record: ApprovalRecord) -> ApprovalRecord:
+        """record, or, while this worker runs its call, the record once that run is over."""
+        over = self._running.get(record.approval_id)
+        if over is None:
+            return record
+        await over.wait()
+        return self.table.get(record.approval_id) or record
+
+    def _idempotent(self, record: ApprovalRecord) -> bool:
+        """Whether record's tool may run again after a run that left no outcome."""
+        if record.state is not ApprovalState.RUNNING or record.approval_id in self._running:
+            return False
+        try:
+            return self.ctx.executor.resolve(record.tool, self.ctx.tools).idempotent
+        except ToolNotFound:
+            return False
+
+    async def _run(
+        self, record: ApprovalRecord, partition: int, trace: Headers | None, *, again: bool = False
+    ) -> None:
+        """Run an approved call: `running` (with its run count) is durable before the tool
+        starts, so a non-idempotent call runs at most once and an idempotent one at most
+        MAX_RUNS times."""
+        running = rerun(record) if again else begin_run(record)
+        over = self._running[record.approval_id] = asyncio.Event()  # before any await
+        try:
+            await self.table.put(running, partition, now=True)
+        except BaseException:
+            del self._running[record.approval_id]
+            over.set()
+            raise
+        if again:
+            logs.event(
+                logs.WARNING,
+                "idempotent approved call run again",
+                tool=record.tool,
+                run_id=record.run_id,
+                call_id=record.call_id,
+                approval_id=record.approval_id,
+                runs=running.runs,
+            )
         crash_point(RUNNING)
         ids = {
             "run_id": record.run_id,
             "call_id": record.call_id,
             "approval_id": record.approval_id,
         }
-        with self._traced(f"tool {record.tool}", {}, tool=record.tool, **ids) as inner:
-            try:
-                tool = self.ctx.executor.resolve(record.tool, self.ctx.tools)
-                reply, error, _ = await self.ctx.run(
-                    tool,
-                    dict(record.arguments),
-                    run_id=record.run_id,
-                    call_id=record.call_id,
-                    approval_id=record.approval_id,
+        try:
+            with self._traced(f"tool {record.tool}", {}, tool=record.tool, **ids) as inner:
+                try:
+                    tool = self.ctx.executor.resolve(record.tool, self.ctx.tools)
+                    reply, error, _ = await self.ctx.run(
+                        tool,
+                        dict(record.arguments),
+                        run_id=record.run_id,
+                        call_id=record.call_id,
+                        approval_id=record.approval_id,
+                    )
+                except AdapterError as exc:
+                    reply, error = error_reply_body(exc, tool=record.tool, **ids), exc
+                if error is not None and self.ctx.tracing is not None:
+                    self.ctx.tracing.failed(error.kind)
+            crash_point(APPROVED_RAN)
+            if error is not None:
+                logs.event(
+                    logs.WARNING,
+                    "approved call failed",
+                    tool=record.tool,
+                    error_kind=error.kind,
+                    **ids,
                 )
-            except AdapterError as exc:
-                reply, error = error_reply_body(exc, tool=record.tool, **ids), exc
-            if error is not None and self.ctx.tracing is not None:
-                self.ctx.tracing.failed(error.kind)
-        crash_point(APPROVED_RAN)
-        if error is not None:
-            logs.event(
-                logs.WARNING, "approved call failed", tool=record.tool, error_kind=error.kind, **ids
-            )
-        await self.table.put(finish(running, reply), partition)
+            await self.table.put(finish(running, reply), partition)
+        finally:
+            del self._running[record.approval_id]
+            over.set()
         await self.ctx.outputs.reply(reply, message_id=record.message_id, headers=inner or trace)
 
     def _log_late(self, record: ApprovalRecord, approved: bool) -> None:

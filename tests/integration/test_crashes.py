@@ -87,11 +87,12 @@ async def test_b_killed_after_the_reply_before_the_commit(
 async def test_c_killed_while_an_approved_call_runs(
     worker_factory: Callable[..., WorkerProcess], client: Client, point: str
 ) -> None:
+    """wire_funds is not idempotent: a run that died is never repeated."""
     first = worker_factory(name="first", STREAM_ADAPTER_CRASH_AT=point)
     await first.ready()
     run_id = unique("run")
     await client.call(
-        "send_invoice", {"customer": "c", "amount_cents": 7}, run_id=run_id, call_id=unique("call")
+        "wire_funds", {"account": "c", "amount_cents": 7}, run_id=run_id, call_id=unique("call")
     )
     pending = await client.reply_for(status="pending_approval", run_id=run_id)
     await client.decide(pending["approval_id"], True)
@@ -113,6 +114,37 @@ async def test_c_killed_while_an_approved_call_runs(
     assert len(_ledger_lines(second)) == (1 if point == faults.APPROVED_RAN else 0)
     for reply in client.replies_for(run_id=run_id, status="already_done"):
         assert reply["outcome"] == "unknown"
+
+
+@pytest.mark.parametrize("point", [faults.RUNNING, faults.APPROVED_RAN])
+async def test_c_an_idempotent_approved_call_killed_while_it_runs_finishes(
+    worker_factory: Callable[..., WorkerProcess], client: Client, point: str
+) -> None:
+    """send_invoice is idempotent by call_id: the next worker runs it again and replies ok."""
+    first = worker_factory(name="first", STREAM_ADAPTER_CRASH_AT=point)
+    await first.ready()
+    run_id, call_id = unique("run"), unique("call")
+    await client.call(
+        "send_invoice", {"customer": "c", "amount_cents": 7}, run_id=run_id, call_id=call_id
+    )
+    pending = await client.reply_for(status="pending_approval", run_id=run_id)
+    await client.decide(pending["approval_id"], True)
+    await _died(first)
+
+    second = worker_factory(name="second")
+    await second.ready()
+    reply = await client.reply_for(run_id=run_id, status="ok", timeout_s=60)
+    assert reply["result"] == {"invoiced": "c", "amount_cents": 7}
+    assert [line["call_id"] for line in _ledger_lines(second)] == [call_id]
+    await wait_lag_zero(second.settings)
+    assert not client.replies_for(run_id=run_id, status="already_done")
+    final = (await _approval_records(second, pending["approval_id"]))[-1]
+    assert final.state == "done" and final.runs == 2, second.log_text()[-6000:]
+    # A later resume answers from the stored outcome: nothing runs a third time.
+    await client.send({"approval_id": pending["approval_id"]})
+    done = await client.reply_for(run_id=run_id, status="already_done")
+    assert done["outcome"]["status"] == "ok"
+    assert len(_ledger_lines(second)) == 1
 
 
 async def test_d_killed_between_parking_and_the_pending_reply(

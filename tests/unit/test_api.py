@@ -38,6 +38,8 @@ MODULE_LEVEL_ONLY = {
     "Step",
     "apply_decision",
     "begin_run",
+    "rerun",
+    "MAX_RUNS",
     "finish",
     "new_record",
     "next_step",

@@ -24,7 +24,7 @@ from stream_adapter import (
     handle_envelope,
     record_decision,
 )
-from stream_adapter.approvals import ApprovalStore, Decision, new_record
+from stream_adapter.approvals import MAX_RUNS, ApprovalStore, Decision, new_record
 from stream_adapter.envelope import parse_envelope
 
 HERE = Path(__file__).parent
@@ -88,6 +88,25 @@ async def test_claim_and_finish(store: ApprovalStore) -> None:
         await store.finish(rec.approval_id, {"status": "ok"})
     with pytest.raises(ApprovalNotFound):
         await store.claim("missing")
+
+
+async def test_reclaim_reruns_a_running_record_up_to_max_runs(store: ApprovalStore) -> None:
+    rec = await store.park(a_record())
+    assert (await store.reclaim(rec.approval_id))[1] is False  # pending: nothing to run again
+    await store.decide(
+        rec.approval_id, Decision(approval_id=rec.approval_id, approved=True, reviewer="ann")
+    )
+    assert (await store.reclaim(rec.approval_id))[1] is False  # approved: claim, not reclaim
+    running, _ = await store.claim(rec.approval_id)
+    assert running.runs == 1
+    for runs in range(2, MAX_RUNS + 1):
+        again, won = await store.reclaim(rec.approval_id)
+        assert won and again.state is ApprovalState.RUNNING and again.runs == runs
+    last, won = await store.reclaim(rec.approval_id)
+    assert not won and last.runs == MAX_RUNS
+    done = await store.finish(rec.approval_id, {"status": "ok"})
+    assert done.state is ApprovalState.DONE and done.runs == MAX_RUNS
+    assert (await store.reclaim(rec.approval_id))[1] is False
 
 
 async def test_list(store: ApprovalStore) -> None:
