@@ -49,11 +49,12 @@ async def test_replies_are_committed_once_across_a_crash_before_commit(
 async def test_approved_call_runs_once_in_exactly_once_mode(
     worker_factory: Callable[..., WorkerProcess], committed: Client
 ) -> None:
+    """wire_funds is not idempotent: killed after it ran, it is never run again."""
     first = worker_factory(name="first", STREAM_ADAPTER_CRASH_AT=faults.APPROVED_RAN, **EOS)
     await first.ready()
     run_id = unique("run")
     await committed.call(
-        "send_invoice", {"customer": "e", "amount_cents": 3}, run_id=run_id, call_id=unique("call")
+        "wire_funds", {"account": "e", "amount_cents": 3}, run_id=run_id, call_id=unique("call")
     )
     pending = await committed.reply_for(status="pending_approval", run_id=run_id)
     await committed.decide(pending["approval_id"], True)
@@ -70,3 +71,33 @@ async def test_approved_call_runs_once_in_exactly_once_mode(
     lines = [json.loads(x) for x in second.ledger.read_text().splitlines()]
     assert len(lines) == 1
     assert len(committed.replies_for(run_id=run_id, status="pending_approval")) == 1
+
+
+async def test_an_idempotent_approved_call_killed_after_it_ran_finishes_once_exactly_once(
+    worker_factory: Callable[..., WorkerProcess], committed: Client
+) -> None:
+    """send_invoice is idempotent: the next worker runs it again; a read_committed reader sees
+    one pending_approval and one ok reply, and the ledger one line."""
+    first = worker_factory(name="first", STREAM_ADAPTER_CRASH_AT=faults.APPROVED_RAN, **EOS)
+    await first.ready()
+    run_id = unique("run")
+    await committed.call(
+        "send_invoice", {"customer": "e", "amount_cents": 3}, run_id=run_id, call_id=unique("call")
+    )
+    pending = await committed.reply_for(status="pending_approval", run_id=run_id)
+    await committed.decide(pending["approval_id"], True)
+
+    def dead() -> bool:
+        return first.proc is not None and first.proc.poll() is not None
+
+    await wait_for(dead, timeout_s=60, what="the first worker to die")
+    second = worker_factory(name="second", **EOS)
+    await second.ready()
+    await committed.reply_for(status="ok", run_id=run_id, timeout_s=60)
+    await wait_lag_zero(second.settings)
+    lines = [json.loads(x) for x in second.ledger.read_text().splitlines()]
+    assert len(lines) == 1
+    assert [r["status"] for r in committed.replies_for(run_id=run_id)] == [
+        "pending_approval",
+        "ok",
+    ]
