@@ -1,5 +1,5 @@
-"""The consumer shares the worker's event loop (loop_consumer.py): calls that hold the CPU must
-not starve its heartbeats, or the group would drop the worker and rebalance."""
+"""The consumer shares the worker's event loop (stream/engine/loop_consumer.py): calls that
+hold the CPU must not starve its heartbeats, or the group would drop the worker and rebalance."""
 
 from __future__ import annotations
 
