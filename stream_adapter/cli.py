@@ -313,6 +313,7 @@ def worker(settings: Settings) -> None:
 TOOL_COLUMNS = (
     Column("tool", whole=True),
     Column("confirm"),
+    Column("idempotent"),
     Column("timeout_s"),
     Column("retry"),
     Column("arguments"),

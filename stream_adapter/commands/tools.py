@@ -79,6 +79,7 @@ def describe_tools(module: ModuleType, settings: Settings) -> list[dict[str, Any
                 "tool": tool.name,
                 "description": inspect.getdoc(tool.fn) or "",
                 "confirm": tool.confirm,
+                "idempotent": tool.idempotent,
                 "timeout_s": tool.timeout_s,
                 "retry": retry,
                 "retry_on": retryable,

@@ -39,6 +39,8 @@ MODULE_LEVEL_ONLY = {
     "apply_decision",
     "begin_run",
     "rerun",
+    "run_age_s",
+    "rerun_after",
     "MAX_RUNS",
     "finish",
     "new_record",

@@ -102,7 +102,7 @@ def test_tools_lists_the_topology_tools() -> None:
     ran = run("tools", "--json")
     assert ran.code == 0, ran.err
     tools = {row["tool"]: row for row in ran.json_lines()}
-    assert set(tools) == {"echo", "add", "sleep", "flaky", "boom", "send_invoice"}
+    assert set(tools) == {"echo", "add", "sleep", "flaky", "boom", "send_invoice", "wire_funds"}
     add = tools["add"]
     assert add["description"] == "a + b; non-integers are a 422."
     assert add["arguments_schema"]["properties"] == {
@@ -111,7 +111,8 @@ def test_tools_lists_the_topology_tools() -> None:
     }
     assert add["arguments_schema"]["required"] == ["a", "b"]
     assert add["confirm"] is False and add["timeout_s"] is None and add["retry_on"] == []
-    assert tools["send_invoice"]["confirm"] is True
+    assert tools["send_invoice"]["confirm"] is True and tools["send_invoice"]["idempotent"] is True
+    assert tools["wire_funds"]["confirm"] is True and tools["wire_funds"]["idempotent"] is False
     assert tools["sleep"]["timeout_s"] == 2.0 and tools["sleep"]["retry_on"] == ["ToolTimeout"]
     assert tools["flaky"]["retry_on"] == ["FlakyError"]
     assert tools["flaky"]["retry_attempts"] == 3 and tools["flaky"]["retry_backoff_s"] == 0.2
@@ -123,7 +124,7 @@ def test_tools_lists_the_topology_tools() -> None:
     rows = {row["tool"]: row for row in table.tsv()}
     assert rows["flaky"]["retry"] == "5 attempts on FlakyError"
     assert rows["add"]["arguments"] == "a: integer, b: integer"
-    assert "6 tool(s) in topologies.demo" in table.err
+    assert "7 tool(s) in topologies.demo" in table.err
 
     own = run("tools", "--topology", "tests.topologies.busy", "--json")
     assert [row["tool"] for row in own.json_lines()] == ["spin"], own.err
