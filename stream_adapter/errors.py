@@ -11,6 +11,12 @@
     ├── ToolTimeout              yes  504
     ├── ToolFailed               the tool says (500, or the tool's own status)
     └── BrokerError              yes  503 (the broker cannot be reached, started or set up)
+        ├── AuthenticationFailed no   the cluster refused the SASL credentials
+        ├── TlsFailed            no   the TLS handshake failed (e.g. an untrusted certificate)
+        ├── NotAuthorized        no   an ACL refused an operation on a topic, group or id
+        └── CodecUnavailable     no   a compression codec cannot be used in this install
+
+`exit_code` is what a `stream-adapter` command exits with when the error stops it.
 """
 
 from __future__ import annotations
@@ -22,7 +28,11 @@ __all__ = [
     "ApprovalConflict",
     "ApprovalDenied",
     "ApprovalNotFound",
+    "AuthenticationFailed",
     "BrokerError",
+    "CodecUnavailable",
+    "NotAuthorized",
+    "TlsFailed",
     "ToolFailed",
     "ToolNotFound",
     "ToolTimeout",
@@ -41,6 +51,7 @@ class AdapterError(Exception):
     title: ClassVar[str] = "Adapter error"
     status: int = 500
     retryable: bool = False
+    exit_code: ClassVar[int] = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -127,6 +138,39 @@ class BrokerError(AdapterError):
     title = "Broker unavailable"
     status = 503
     retryable = True
+
+
+class AuthenticationFailed(BrokerError):
+    """The cluster refused the configured SASL credentials (or does not offer the mechanism)."""
+
+    title = "Kafka authentication failed"
+    retryable = False
+    exit_code = 5
+
+
+class TlsFailed(BrokerError):
+    """No TLS session: the broker's certificate is not trusted, or the handshake failed."""
+
+    title = "Kafka TLS handshake failed"
+    retryable = False
+    exit_code = 6
+
+
+class NotAuthorized(BrokerError):
+    """The cluster's ACLs refuse this principal an operation (a topic, a group, an id)."""
+
+    title = "Not authorized by the Kafka cluster"
+    status = 403
+    retryable = False
+    exit_code = 7
+
+
+class CodecUnavailable(BrokerError):
+    """A compression codec cannot encode or decode in this installation."""
+
+    title = "Compression codec unavailable"
+    retryable = False
+    exit_code = 8
 
 
 def problem(exc: BaseException) -> dict[str, Any]:
