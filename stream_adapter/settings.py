@@ -6,17 +6,26 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "STREAM_ADAPTER_"
 _TOPIC_ROLES = ("calls", "replies", "decisions", "approvals", "dlq")
+_TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+_SECRET_HELP = "prefer the environment variable: command lines are visible to others"
+
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
 class Settings(BaseSettings):
     """Everything a worker, the CLI and the review service are configured by (SPEC §12)."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
+    # Errors never quote the input: it holds the passwords.
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     broker: str = Field(
         default="kafka://127.0.0.1:9092",
@@ -100,6 +109,29 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(
         default="text", description="text for people, json for log collectors."
     )
+    # Connecting to a real cluster (docs/connect.md); kafka_clients.py is their one reader.
+    compression: Compression = Field(
+        default="lz4",
+        description="Codec of what the project's producers write (every codec is read).",
+    )
+    security_protocol: SecurityProtocol = Field(
+        default="PLAINTEXT", description="How clients talk to the brokers: TLS and/or SASL."
+    )
+    sasl_mechanism: SaslMechanism = Field(
+        default="SCRAM-SHA-512", description="SASL mechanism (SASL_* protocols)."
+    )
+    sasl_username: str = Field(default="", description="SASL user (SASL_* protocols).")
+    sasl_password: SecretStr = Field(
+        default=SecretStr(""), description=f"Secret. The SASL user's password; {_SECRET_HELP}."
+    )
+    ssl_cafile: str = Field(
+        default="", description="PEM CAs of the brokers' certificates (default: the system's)."
+    )
+    ssl_certfile: str = Field(default="", description="PEM client certificate, for mutual TLS.")
+    ssl_keyfile: str = Field(default="", description="PEM key of SSL_CERTFILE, if apart.")
+    ssl_key_password: SecretStr = Field(
+        default=SecretStr(""), description=f"Secret. SSL_KEYFILE's password; {_SECRET_HELP}."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -126,6 +158,27 @@ class Settings(BaseSettings):
             value = "kafka://" + value.replace(",", ";")
         return value
 
+    @model_validator(mode="after")
+    def _security_consistent(self) -> Settings:
+        """Credentials and TLS files only where the protocol uses them, never half of a pair."""
+        sasl = self.security_protocol.startswith("SASL_")
+        if sasl and not (self.sasl_username and self.sasl_password.get_secret_value()):
+            raise ValueError(f"{self.security_protocol} needs sasl_username and sasl_password")
+        if not sasl and self.sasl_username:
+            raise ValueError(f"sasl_username is set but {self.security_protocol} has no SASL")
+        tls_files = [
+            name for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile") if getattr(self, name)
+        ]
+        if tls_files and self.security_protocol not in _TLS_PROTOCOLS:
+            raise ValueError(f"{tls_files[0]} is set but {self.security_protocol} has no TLS")
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise ValueError("ssl_keyfile is set without ssl_certfile")
+        return self
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in _TLS_PROTOCOLS
+
     @property
     def bootstrap_servers(self) -> str:
         """The broker list as aiokafka wants it: `host:port,host:port`."""
@@ -138,10 +191,17 @@ class Settings(BaseSettings):
         return cls.model_validate({**cls().model_dump(), "app_id": app_id, **topics, **changes})
 
     def to_env(self) -> dict[str, str]:
-        """These settings as STREAM_ADAPTER_* variables, for a child process to read back."""
+        """These settings as STREAM_ADAPTER_* variables, for a child process to read back.
+
+        Secrets are revealed here (a child needs them): never log what this returns.
+        """
         return {
             f"{ENV_PREFIX}{name.upper()}": str(value)
             for name, value in self.model_dump(mode="json").items()
+        } | {
+            f"{ENV_PREFIX}{name.upper()}": value.get_secret_value()
+            for name, value in self
+            if isinstance(value, SecretStr)
         }
 
     def with_changes(self, **changes: Any) -> Settings:

@@ -19,15 +19,22 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from stream_adapter import kafka_clients
 from stream_adapter.broker.local import free_port
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def connection(where: Settings | str) -> Settings:
+    """Settings to connect with: given ones, or a plaintext bootstrap address."""
+    if isinstance(where, Settings):
+        return where
+    return Settings.model_validate({"broker": where})
 
 
 def unique(prefix: str) -> str:
@@ -191,21 +198,20 @@ class Client:
     def __init__(self, settings: Settings, *, read_committed: bool = False) -> None:
         self.settings = settings
         self.isolation = "read_committed" if read_committed else "read_uncommitted"
-        self.producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+        self.producer = kafka_clients.producer(settings)
         self.replies: list[dict[str, Any]] = []
         self.reply_headers: list[dict[str, bytes]] = []
-        self._consumer: AIOKafkaConsumer | None = None
+        self._consumer: Any = None
 
     async def __aenter__(self) -> Client:
-        await self.producer.start()
-        self._consumer = AIOKafkaConsumer(
+        await kafka_clients.start(self.settings, self.producer)
+        self._consumer = kafka_clients.consumer(
+            self.settings,
             self.settings.replies_topic,
-            bootstrap_servers=self.settings.bootstrap_servers,
             auto_offset_reset="earliest",
-            enable_auto_commit=False,
             isolation_level=self.isolation,
         )
-        await self._consumer.start()
+        await kafka_clients.start(self.settings, self._consumer)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -313,10 +319,10 @@ def _matches(reply: dict[str, Any], status: str | None, match: dict[str, Any]) -
     return all(reply.get(k) == v for k, v in match.items())
 
 
-async def read_all(bootstrap: str, topic: str, *, timeout_s: float = 10.0) -> list[Any]:
+async def read_all(where: Settings | str, topic: str, *, timeout_s: float = 10.0) -> list[Any]:
     """Every message in topic up to its end offsets at the time of the call."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
+    settings = connection(where)
+    consumer = await kafka_clients.start(settings, kafka_clients.consumer(settings))
     out: list[Any] = []
     try:
         partitions = consumer.partitions_for_topic(topic) or set()
@@ -343,12 +349,10 @@ async def read_all(bootstrap: str, topic: str, *, timeout_s: float = 10.0) -> li
     return out
 
 
-async def group_lag(bootstrap: str, group: str, topic: str) -> int:
+async def group_lag(where: Settings | str, group: str, topic: str) -> int:
     """Sum over topic's partitions of (end offset - committed offset) for group."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
-    )
-    await consumer.start()
+    settings = connection(where)
+    consumer = await kafka_clients.start(settings, kafka_clients.consumer(settings, group_id=group))
     try:
         partitions = consumer.partitions_for_topic(topic) or set()
         if not partitions:
@@ -372,7 +376,7 @@ async def dead_letters(
     found: list[Any] = []
 
     async def check() -> bool:
-        found[:] = await read_all(settings.bootstrap_servers, settings.dlq_topic)
+        found[:] = await read_all(settings, settings.dlq_topic)
         return len(found) >= at_least
 
     await wait_for(check, timeout_s=timeout_s, what=f"{at_least} dead letter(s)")
@@ -386,7 +390,7 @@ async def wait_lag_zero(settings: Settings, *, timeout_s: float = 60.0) -> None:
     topics = (settings.calls_topic, settings.decisions_topic, approval_requests_topic(settings))
 
     async def zero() -> bool:
-        lags = [await group_lag(settings.bootstrap_servers, settings.app_id, t) for t in topics]
+        lags = [await group_lag(settings, settings.app_id, t) for t in topics]
         return sum(lags) == 0
 
     await wait_for(zero, timeout_s=timeout_s, what="consumer lag 0", interval_s=0.2)

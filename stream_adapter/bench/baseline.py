@@ -10,21 +10,22 @@ import asyncio
 import os
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from stream_adapter import kafka_clients
+from stream_adapter.settings import Settings
 
 
 async def run(bootstrap: str, calls: str, replies: str, group: str) -> None:
-    consumer = AIOKafkaConsumer(
+    # The environment's settings (COMPRESSION too), like the worker it is measured beside.
+    settings = Settings().with_changes(broker=bootstrap)
+    consumer = kafka_clients.consumer(
+        settings,
         calls,
-        bootstrap_servers=bootstrap,
         group_id=group,
-        enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_partition_fetch_bytes=4 << 20,
     )
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=2, max_batch_size=256 << 10
-    )
+    producer = kafka_clients.producer(settings, linger_ms=2, max_batch_size=256 << 10)
     await consumer.start()
     await producer.start()
     try:

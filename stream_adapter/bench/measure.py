@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 
+from stream_adapter import kafka_clients
 from stream_adapter.partitions import partition_for
+from stream_adapter.settings import Settings
 
 PAD = "x" * 120  # brings an echo envelope to about 200 bytes
 MIN_SPAN_S = 0.1
@@ -53,6 +54,12 @@ class Result:
         return asdict(self)
 
 
+def load_settings(bootstrap: str) -> Settings:
+    """How the bench's own clients connect: the environment's settings at bootstrap. Its
+    load comes uncompressed, like the backlogs of earlier runs."""
+    return Settings().with_changes(broker=bootstrap, compression="none")
+
+
 @dataclass(frozen=True, slots=True)
 class Contender:
     """How to start one contender, against which topics."""
@@ -66,12 +73,9 @@ class Contender:
 
 
 async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
+    settings = load_settings(bootstrap)
+    async with kafka_clients.started(settings, kafka_clients.admin(settings)) as admin:
         await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
-    finally:
-        await admin.close()
 
 
 def echo_envelope(i: int) -> bytes:
@@ -86,8 +90,8 @@ async def produce(
     bootstrap: str, topic: str, payloads: list[bytes], *, distinct_keys: bool
 ) -> None:
     """Produce payloads as fast as the broker takes them (a backlog)."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=512 << 10, acks=1
+    producer = kafka_clients.producer(
+        load_settings(bootstrap), linger_ms=5, max_batch_size=512 << 10, acks=1
     )
     await producer.start()
     try:
@@ -103,11 +107,10 @@ class Replies:
     """Reads a replies topic from the beginning, counting and timing what arrives."""
 
     def __init__(self, bootstrap: str, topic: str, *, read_committed: bool) -> None:
-        self.consumer = AIOKafkaConsumer(
+        self.consumer = kafka_clients.consumer(
+            load_settings(bootstrap),
             topic,
-            bootstrap_servers=bootstrap,
             auto_offset_reset="earliest",
-            enable_auto_commit=False,
             max_partition_fetch_bytes=4 << 20,
             isolation_level="read_committed" if read_committed else "read_uncommitted",
         )
@@ -169,7 +172,7 @@ async def _paced(bootstrap: str, topic: str, rate: float, seconds: float) -> int
     the Java client would): the harness shares the machine with the contender, and a send
     per record would cost it several times the CPU.
     """
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
+    producer = kafka_clients.producer(load_settings(bootstrap), linger_ms=0, acks=1)
     await producer.start()
     total = _paced_count(rate, seconds)
     partitions = len(await producer.partitions_for(topic))

@@ -6,8 +6,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 
+from stream_adapter import kafka_clients
 from stream_adapter.broker.local import free_port
 from stream_adapter.errors import BrokerError
 from stream_adapter.settings import Settings
@@ -40,11 +41,9 @@ def run_settings(bootstrap: str, workdir: Path, prefix: str, **changes: Any) -> 
 
 async def create_run_topics(settings: Settings) -> None:
     """Create the topology's topics with a raised max.message.bytes, then check for drift."""
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=15_000
-    )
-    await admin.start()
-    try:
+    async with kafka_clients.started(
+        settings, kafka_clients.admin(settings, request_timeout_ms=15_000)
+    ) as admin:
         new = [
             NewTopic(
                 spec.name,
@@ -58,8 +57,6 @@ async def create_run_topics(settings: Settings) -> None:
         for topic in response["topic_errors"]:
             if topic["error_code"] not in (0, _TOPIC_ALREADY_EXISTS):
                 raise BrokerError(f"creating {topic['topic']} failed: {topic['error_code']}")
-    finally:
-        await admin.close()
     drift = [state for state in await create_topics(settings) if state.drift]
     if drift:
         raise BrokerError(f"topics drifted: {[(s.spec.name, s.drift) for s in drift]}")

@@ -249,7 +249,7 @@ class FuzzRun:
 
         await self.reader.until(invoices_done, timeout_s=60)
         lag = await settle_lag(self.settings, timeout_s=min(120.0, self._remaining(deadline)))
-        dead = await read_topic(self.settings.bootstrap_servers, self.settings.dlq_topic)
+        dead = await read_topic(self.settings, self.settings.dlq_topic)
         letters = Counter(dict(m.headers).get("message-id", b"").decode() for m in dead)
         worker = self.pool.workers["fuzz"]
         crashed = worker.log_since_start().count(b"job crashed")

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from stream_adapter import logs
+from stream_adapter import kafka_clients, logs
 from stream_adapter.approvals import Decision
 from stream_adapter.review.decide import decision_message
 from stream_adapter.settings import Settings
@@ -81,9 +81,8 @@ def call_mix(count: int, rng: random.Random, *, runs: int | None = None) -> list
 
 def producer_for(settings: Settings) -> AIOKafkaProducer:
     """An idempotent, all-acks producer that rides out a broker restart by retrying inside."""
-    return AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
-        acks="all",
+    return kafka_clients.producer(
+        settings,
         enable_idempotence=True,
         request_timeout_ms=120_000,
         max_request_size=FETCH_BYTES,

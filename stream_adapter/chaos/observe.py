@@ -14,6 +14,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
+from stream_adapter import kafka_clients
 from stream_adapter.partitions import topic_partitions
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import approval_requests_topic
@@ -37,12 +38,11 @@ async def wait_until(
 
 
 def _consumer(
-    bootstrap: str, *, read_committed: bool, group: str | None = None
+    settings: Settings, *, read_committed: bool, group: str | None = None
 ) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+    return kafka_clients.consumer(
+        settings,
         group_id=group,
-        enable_auto_commit=False,
         auto_offset_reset="earliest",
         isolation_level="read_committed" if read_committed else "read_uncommitted",
         max_partition_fetch_bytes=FETCH_BYTES,
@@ -70,7 +70,7 @@ class ReplyReader:
         self.count = 0
         self.hooks: list[ReplyHook] = []
         self.changed = asyncio.Event()
-        self._consumer = _consumer(settings.bootstrap_servers, read_committed=read_committed)
+        self._consumer = _consumer(settings, read_committed=read_committed)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -117,10 +117,10 @@ class ReplyReader:
 
 
 async def read_topic(
-    bootstrap: str, topic: str, *, read_committed: bool = False, timeout_s: float = 60.0
+    settings: Settings, topic: str, *, read_committed: bool = False, timeout_s: float = 60.0
 ) -> list[Any]:
     """Every message of topic up to its end offsets at the time of the call."""
-    consumer = _consumer(bootstrap, read_committed=read_committed)
+    consumer = _consumer(settings, read_committed=read_committed)
     await consumer.start()
     out: list[Any] = []
     try:
@@ -146,9 +146,9 @@ async def read_topic(
     return out
 
 
-async def group_lag(bootstrap: str, group: str, topics: Iterable[str]) -> int:
+async def group_lag(settings: Settings, group: str, topics: Iterable[str]) -> int:
     """Sum over the topics' partitions of (end offset - committed offset) for group."""
-    consumer = _consumer(bootstrap, read_committed=False, group=group)
+    consumer = _consumer(settings, read_committed=False, group=group)
     await consumer.start()
     try:
         lag = 0
@@ -174,9 +174,7 @@ async def settle_lag(settings: Settings, *, timeout_s: float) -> int:
 
     async def zero() -> bool:
         nonlocal last
-        last = await group_lag(
-            settings.bootstrap_servers, settings.app_id, consumed_topics(settings)
-        )
+        last = await group_lag(settings, settings.app_id, consumed_topics(settings))
         return last == 0
 
     await wait_until(zero, timeout_s=timeout_s, interval_s=0.5)

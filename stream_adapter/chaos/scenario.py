@@ -217,7 +217,7 @@ class ChaosRun:
             lag = await settle_lag(self.settings, timeout_s=max(10.0, deadline - time.monotonic()))
             duration = time.monotonic() - self.started
             changelog = await read_topic(
-                self.settings.bootstrap_servers, self.settings.approvals_topic, read_committed=True
+                self.settings, self.settings.approvals_topic, read_committed=True
             )
         finally:
             if supervisor is not None:

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from aiokafka.errors import KafkaError
 
+from stream_adapter import kafka_clients
 from stream_adapter.envelope import parse_envelope
 from stream_adapter.ids import kafka_message_id
 from stream_adapter.ops.topic import consumer, partitions, producer, started
@@ -75,7 +77,10 @@ async def call(
         for tp in tps:
             await replies.position(tp)  # resolve "end" now, before the call exists
         async with started(producer(settings), settings) as calls:
-            meta = await calls.send_and_wait(settings.calls_topic, orjson.dumps(body), key=key)
+            try:
+                meta = await calls.send_and_wait(settings.calls_topic, orjson.dumps(body), key=key)
+            except KafkaError as exc:
+                raise kafka_clients.kafka_error(exc, f"write {settings.calls_topic}") from None
         message_id = kafka_message_id(settings.calls_topic, meta.partition, meta.offset)
         envelope = parse_envelope(body, message_id=message_id, source=settings.source)
         result = CallResult(message_id, envelope.run_id, envelope.call_id)

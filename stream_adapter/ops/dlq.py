@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from aiokafka.errors import KafkaError
 
+from stream_adapter import kafka_clients
 from stream_adapter.envelope import parse_envelope
 from stream_adapter.errors import ToolUsageError
 from stream_adapter.ops.topic import producer, read_to_end, require_topic, started
@@ -146,7 +148,12 @@ async def replay(
                     on_step(letter, False)
                 continue
             headers = [(REPLAY_HEADER, letter.message_id.encode())]
-            await calls.send_and_wait(settings.calls_topic, value, key=letter.key, headers=headers)
+            try:
+                await calls.send_and_wait(
+                    settings.calls_topic, value, key=letter.key, headers=headers
+                )
+            except KafkaError as exc:
+                raise kafka_clients.kafka_error(exc, f"write {settings.calls_topic}") from None
             report.replayed.append(letter)
             if on_step is not None:
                 on_step(letter, True)

@@ -1,5 +1,5 @@
 """Small aiokafka helpers the operator tools share: clients that start or say why not,
-partitions of a topic, reading a topic to its end."""
+partitions of a topic, reading a topic to its end. The clients come from kafka_clients."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
+from stream_adapter import kafka_clients
 from stream_adapter.commands.exits import TopicMissing
-from stream_adapter.errors import BrokerError
+from stream_adapter.errors import NotAuthorized
 from stream_adapter.partitions import topic_partitions
 from stream_adapter.settings import Settings
 
@@ -24,46 +25,38 @@ def consumer(settings: Settings) -> AIOKafkaConsumer:
     isolation = (
         "read_committed" if settings.processing_guarantee == "exactly_once" else "read_uncommitted"
     )
-    return AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
-        enable_auto_commit=False,
-        isolation_level=isolation,
-    )
+    return kafka_clients.consumer(settings, isolation_level=isolation)
 
 
 def producer(settings: Settings) -> AIOKafkaProducer:
     """A producer whose sends the broker has acked on every in-sync replica."""
-    return AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+    return kafka_clients.producer(settings)
 
 
 @contextlib.asynccontextmanager
 async def started(client: C, settings: Settings) -> AsyncIterator[C]:
-    """client, started, and stopped on the way out; BrokerError when the broker cannot be
-    reached (the client is closed then too, so nothing is left unclosed)."""
-    try:
-        await client.start()
-    except KafkaError as exc:
-        await client.stop()
-        raise BrokerError(
-            f"cannot reach the broker at {settings.bootstrap_servers} ({type(exc).__name__})"
-        ) from None
-    try:
-        yield client
-    finally:
-        await client.stop()
+    """client, started, and stopped on the way out; a failure to connect is one clear error
+    (kafka_clients: AuthenticationFailed, TlsFailed, BrokerError), the client closed then too;
+    an authorization refusal meanwhile is NotAuthorized."""
+    async with kafka_clients.started(settings, client):
+        try:
+            yield client
+        except KafkaError as exc:
+            raise kafka_clients.kafka_error(exc, "use the cluster") from None
 
 
 async def reachable(settings: Settings) -> None:
-    """BrokerError unless the broker answers a metadata request."""
-    async with started(consumer(settings), settings) as client:
-        # A request, not only the start: a consumer stopped before its first await raises
-        # CancelledError from its coordinator's unstarted task.
-        await client.topics()
+    """Raise unless every codec works and the cluster answers a metadata request as these
+    settings connect (kafka_clients.check_connection)."""
+    await kafka_clients.check_connection(settings)
 
 
 async def partitions(client: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
-    """Every partition of topic; TopicMissing when the topic does not exist."""
+    """Every partition of topic; TopicMissing when the topic does not exist, NotAuthorized
+    when the principal may not see it."""
     found = await topic_partitions(client, topic)
+    if not found and topic in (await client._client.fetch_all_metadata()).unauthorized_topics:
+        raise NotAuthorized(f"the cluster's ACLs refuse a topic: cannot describe {topic}")
     if not found:
         raise TopicMissing(f"topic {topic!r} does not exist (run `stream-adapter topics create`)")
     return [TopicPartition(topic, p) for p in found]

@@ -14,7 +14,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 from pydantic import ValidationError
 
-from stream_adapter import logs
+from stream_adapter import kafka_clients, logs
 from stream_adapter.approvals import ApprovalRecord, ApprovalState, Decision, utc_now
 from stream_adapter.errors import ApprovalConflict, ApprovalNotFound, BrokerError, ToolUsageError
 from stream_adapter.review.view import ApprovalsView
@@ -42,18 +42,12 @@ class DecisionWriter:
         self._producer: AIOKafkaProducer | None = None
 
     async def start(self) -> None:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.bootstrap_servers,
-            acks="all",
+        producer = kafka_clients.producer(
+            self.settings,
             enable_idempotence=True,
             client_id=f"{self.settings.app_id}-review-decisions",
         )
-        try:
-            await producer.start()
-        except Exception as exc:
-            await producer.stop()
-            raise BrokerError(f"cannot reach the broker: {type(exc).__name__}") from None
-        self._producer = producer
+        self._producer = await kafka_clients.start(self.settings, producer)
 
     async def stop(self) -> None:
         if self._producer is not None:
@@ -78,6 +72,9 @@ class DecisionWriter:
                 approval_id=decision.approval_id,
                 error_kind=type(exc).__name__,
             )
+            refused = kafka_clients.kafka_error(exc, f"write {self.settings.decisions_topic}")
+            if not refused.retryable:
+                raise refused from None
             raise BrokerError("the decision could not be written; try again") from None
 
 

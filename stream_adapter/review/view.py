@@ -16,7 +16,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from stream_adapter import logs
+from stream_adapter import kafka_clients, logs
 from stream_adapter.approvals import ApprovalRecord, ApprovalState
 from stream_adapter.errors import BrokerError, ToolUsageError
 from stream_adapter.settings import Settings
@@ -55,17 +55,16 @@ class ApprovalsView:
     async def start(self) -> None:
         """Connect, assign every partition from the beginning and start following the topic."""
         topic = self.settings.approvals_topic
-        consumer = AIOKafkaConsumer(
+        consumer = kafka_clients.consumer(
+            self.settings,
             topic,
-            bootstrap_servers=self.settings.bootstrap_servers,
             group_id=None,  # no group: every partition is assigned to this consumer
             auto_offset_reset="earliest",
-            enable_auto_commit=False,
             isolation_level="read_committed",
             client_id=f"{self.settings.app_id}-review-view",
         )
+        await kafka_clients.start(self.settings, consumer)
         try:
-            await consumer.start()
             if topic not in await consumer.topics():
                 raise BrokerError(f"topic {topic!r} is missing: run `stream-adapter topics create`")
             tps = await _assignment(consumer, ASSIGN_TIMEOUT_S)
@@ -75,7 +74,7 @@ class ApprovalsView:
             raise
         except Exception as exc:
             await consumer.stop()
-            raise BrokerError(f"cannot read the approvals topic: {type(exc).__name__}") from None
+            raise kafka_clients.kafka_error(exc, f"read {topic}") from None
         self._consumer = consumer
         if not self._ends:
             self._caught_up.set()
