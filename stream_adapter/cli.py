@@ -39,6 +39,10 @@ from stream_adapter.settings import Settings
 F = TypeVar("F")
 
 LAZY = {
+    "acls": Lazy(
+        "stream_adapter.ops.commands:acls",
+        "Print the least-privilege ACLs of this deployment as kafka-acls.sh commands.",
+    ),
     "approvals": Lazy(
         "stream_adapter.review.commands:approvals",
         "Approvals for operators: list them, approve or deny one.",
@@ -157,6 +161,11 @@ def _broker_options(func: Any) -> Any:
         show_default=True,
         help="The broker's port on 127.0.0.1 (its controller uses the next one).",
     )(func)
+    func = click.option(
+        "--secure",
+        is_flag=True,
+        help="SASL_SSL (SCRAM users, a CA made for the broker), mTLS on PORT+2, and ACLs.",
+    )(func)
     return click.option(
         "--heap-mb",
         type=click.IntRange(128),
@@ -166,18 +175,40 @@ def _broker_options(func: Any) -> Any:
     )(func)
 
 
-def _broker_config(home: Path, port: int, heap_mb: int, jars_dir: Path | None) -> Any:
+def _broker_config(
+    home: Path, port: int, heap_mb: int, jars_dir: Path | None, secure: bool = False
+) -> Any:
     from stream_adapter.broker import local
 
+    if secure:
+        return _secure_broker(home, port, heap_mb, jars_dir).config()
     return local.BrokerConfig(home=home, port=port, heap_mb=heap_mb, jars_dir=jars_dir)
+
+
+def _secure_broker(home: Path, port: int, heap_mb: int, jars_dir: Path | None) -> Any:
+    from stream_adapter.broker import secure
+
+    return secure.SecureBroker(home=home, port=port, heap_mb=heap_mb, jars_dir=jars_dir)
 
 
 @kafka.command("start")
 @_broker_options
-def kafka_start(home: Path, port: int, heap_mb: int, jars_dir: Path | None) -> None:
+def kafka_start(home: Path, port: int, heap_mb: int, jars_dir: Path | None, secure: bool) -> None:
     """Start the broker (fetching jars and formatting storage on first use)."""
     from stream_adapter.broker import local
 
+    if secure:
+        from stream_adapter.broker.secure import start as start_secure
+
+        broker = _secure_broker(home, port, heap_mb, jars_dir)
+        note(f"starting a secured Kafka {local.KAFKA_VERSION} on {broker.bootstrap} (home {home})")
+        click.echo(start_secure(broker))
+        creds = broker.secure_dir / "credentials.json"
+        note(f"SASL_SSL {broker.bootstrap} (SCRAM-SHA-256/512, PLAIN)")
+        note(f"SSL with client certificates {broker.mtls_bootstrap}")
+        note(f"CA: {broker.ca_file}; passwords: {creds}")
+        note("users: admin (super user), agents, adapter, review; ACLs as in docs/operations.md")
+        return
     config = _broker_config(home, port, heap_mb, jars_dir)
     note(f"starting Kafka {local.KAFKA_VERSION} on {config.bootstrap} (home {home})")
     click.echo(local.start(config))
@@ -186,25 +217,29 @@ def kafka_start(home: Path, port: int, heap_mb: int, jars_dir: Path | None) -> N
 @kafka.command("stop")
 @_broker_options
 @click.option("--kill", is_flag=True, help="SIGKILL instead of a clean stop.")
-def kafka_stop(home: Path, port: int, heap_mb: int, jars_dir: Path | None, kill: bool) -> None:
+def kafka_stop(
+    home: Path, port: int, heap_mb: int, jars_dir: Path | None, secure: bool, kill: bool
+) -> None:
     """Stop the broker started from HOME; its data stays for the next start."""
     from stream_adapter.broker import local
 
-    stopped = local.stop(_broker_config(home, port, heap_mb, jars_dir), kill=kill)
+    stopped = local.stop(_broker_config(home, port, heap_mb, jars_dir, secure), kill=kill)
     click.echo("stopped" if stopped else f"not running (no broker started from {home})")
 
 
 @kafka.command("status")
 @_broker_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
-def kafka_status(home: Path, port: int, heap_mb: int, jars_dir: Path | None, as_json: bool) -> None:
+def kafka_status(
+    home: Path, port: int, heap_mb: int, jars_dir: Path | None, secure: bool, as_json: bool
+) -> None:
     """Say whether a broker answers on --port (from any folder), and if HOME started it.
 
     Exit 0 when a broker answers, 7 when none does.
     """
     from stream_adapter.broker import local
 
-    state = local.status(_broker_config(home, port, heap_mb, jars_dir))
+    state = local.status(_broker_config(home, port, heap_mb, jars_dir, secure))
     if as_json:
         row = {"bootstrap": state.bootstrap, "answers": state.answers, "pid": state.pid}
         emit_one({**row, "home": str(home)}, as_json=True)
@@ -304,9 +339,10 @@ def worker(settings: Settings) -> None:
     from stream_adapter.ops.topic import reachable
     from stream_adapter.stream.worker import run_worker
 
+    # Codecs, credentials and TLS are checked first, each failure one line and its own code.
+    run_client(reachable(settings))
     if getattr(load_topology(settings), "app", None) is None:
         raise ConfigError(f"topology {settings.topology!r} has no `app`")
-    run_client(reachable(settings))
     run_worker(settings)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_adapter.broker import local
+from stream_adapter.broker import local, secure
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import create_topics
 from tests.harness import ROOT, Client, WorkerProcess, make_settings
@@ -52,6 +52,24 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         home=home, port=local.free_port(), controller_port=local.free_port(), jars_dir=JARS_DIR
     )
     yield local.start(config)
+    local.stop(config)
+
+
+@pytest.fixture(scope="session")
+def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[secure.SecureBroker]:
+    """A broker of the session's own with SASL_SSL, mTLS and the standard authorizer; no ACLs
+    yet (each test module grants its own, for its own names)."""
+    broker = secure.SecureBroker(
+        home=tmp_path_factory.mktemp("kafka-secure"),
+        port=local.free_port(),
+        mtls_port=local.free_port(),
+        controller_port=local.free_port(),
+        jars_dir=JARS_DIR,
+        heap_mb=512,
+    )
+    config = broker.config()
+    local.start(config, timeout_s=120)
+    yield broker
     local.stop(config)
 
 

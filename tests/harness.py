@@ -37,6 +37,16 @@ def connection(where: Settings | str) -> Settings:
     return Settings.model_validate({"broker": where})
 
 
+def documented_acl_lines() -> list[str]:
+    """The `kafka-acls.sh` lines of docs/operations.md's ACL block, as written there."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    for block in text.split("```")[1::2]:
+        lines = [line for line in block.strip().splitlines() if line.strip()]
+        if lines and lines[0].startswith("kafka-acls.sh $ADMIN "):
+            return lines
+    raise AssertionError("docs/operations.md has no block of kafka-acls.sh lines")
+
+
 def unique(prefix: str) -> str:
     """A name no other test (or earlier run) uses."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
@@ -394,3 +404,29 @@ async def wait_lag_zero(settings: Settings, *, timeout_s: float = 60.0) -> None:
         return sum(lags) == 0
 
     await wait_for(zero, timeout_s=timeout_s, what="consumer lag 0", interval_s=0.2)
+
+
+def settings_from_env(env: dict[str, str], base: Settings) -> Settings:
+    """base with the STREAM_ADAPTER_* connection variables of env applied."""
+    changes = {k.removeprefix("STREAM_ADAPTER_").lower(): v for k, v in env.items()}
+    return base.with_changes(**changes)
+
+
+def deployment_acl_args(settings: Settings, admin_args: list[str]) -> list[list[str]]:
+    """docs/operations.md's ACL lines with the default names replaced by settings' names,
+    as argument lists for Kafka's AclCommand ($ADMIN replaced by admin_args)."""
+    names = {
+        "tool-calls": settings.calls_topic,
+        "tool-replies": settings.replies_topic,
+        "approval-decisions": settings.decisions_topic,
+        "tool-approvals": settings.approvals_topic,
+        "tool-calls-dlq": settings.dlq_topic,
+        "stream-adapter": settings.app_id,
+        "stream-adapter-": f"{settings.app_id}-",
+    }
+    out = []
+    for line in documented_acl_lines():
+        words = [names.get(word, word) for word in line.split()[1:]]
+        at = words.index("$ADMIN")
+        out.append([*words[:at], *admin_args, *words[at + 1 :]])
+    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import random
@@ -44,6 +45,10 @@ class BrokerConfig:
     """Added to the JVM's command line (the bench's broker compiles with C1 only)."""
     jars_dir: Path | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    format_args: tuple[str, ...] = ()
+    """Added to the storage format command (e.g. `--add-scram` users)."""
+    probe_options: dict[str, Any] = field(default_factory=dict)
+    """aiokafka options of the readiness probe (how a client authenticates, if it must)."""
 
     @property
     def bootstrap(self) -> str:
@@ -112,13 +117,15 @@ def _ephemeral_low() -> int:
 def ensure_jars(config: BrokerConfig) -> Path:
     """Fetch the broker's jars into `config.libs` with Maven on first use; return the folder."""
     libs = config.libs
-    if (libs / ".complete").exists():
+    pom = resources.files("stream_adapter.broker") / "pom.xml"
+    # The marker names the pom it was fetched for: a pom that gained a jar fetches again.
+    marker = f"{KAFKA_VERSION} {hashlib.sha256(pom.read_bytes()).hexdigest()[:16]}"
+    if (libs / ".complete").exists() and (libs / ".complete").read_text() == marker:
         return libs
     mvn = shutil.which("mvn")
     if mvn is None:
         raise BrokerError("Maven (mvn) is not on PATH: it fetches the Kafka jars on first use")
     libs.mkdir(parents=True, exist_ok=True)
-    pom = resources.files("stream_adapter.broker") / "pom.xml"
     with resources.as_file(pom) as pom_path:
         cmd = [
             mvn,
@@ -134,7 +141,7 @@ def ensure_jars(config: BrokerConfig) -> Path:
     if done.returncode != 0:
         tail = (done.stdout + done.stderr)[-3000:]
         raise BrokerError(f"mvn could not fetch the Kafka {KAFKA_VERSION} jars:\n{tail}")
-    (libs / ".complete").write_text(KAFKA_VERSION)
+    (libs / ".complete").write_text(marker)
     return libs
 
 
@@ -219,8 +226,11 @@ def log_tail(config: BrokerConfig, lines: int = 40) -> str:
     return "\n".join(out) or "(no log written)"
 
 
-def answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
-    """True when the broker at `bootstrap` answers a metadata request (not just a TCP connect)."""
+def answers(bootstrap: str, timeout_s: float = 3.0, **options: Any) -> bool:
+    """True when the broker at `bootstrap` answers a metadata request (not just a TCP connect).
+
+    `options` are the probe's aiokafka options (SASL, TLS) for a secured listener.
+    """
     from aiokafka.admin import AIOKafkaAdminClient
 
     quiet = logging.getLogger("aiokafka")
@@ -228,7 +238,7 @@ def answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
     quiet.setLevel(logging.CRITICAL)  # a refused connection is the expected answer here
 
     async def probe() -> bool:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=2000)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=2000, **options)
         try:
             await asyncio.wait_for(admin.start(), timeout_s)
             await asyncio.wait_for(admin.describe_cluster(), timeout_s)
@@ -270,6 +280,7 @@ def _format(config: BrokerConfig, java: str, classpath: str, props: Path) -> Non
         _cluster_id(),
         "-c",
         str(props),
+        *config.format_args,
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -294,7 +305,7 @@ def start(config: BrokerConfig, *, timeout_s: float = 90.0) -> str:
     Returns the bootstrap address. Idempotent: a broker already running from this home is reused.
     """
     if _read_pid(config) is not None:
-        if answers(config.bootstrap):
+        if answers(config.bootstrap, **config.probe_options):
             return config.bootstrap
         raise BrokerError(f"a broker process from {config.home} runs but does not answer")
     java = _java()
@@ -339,7 +350,7 @@ def start(config: BrokerConfig, *, timeout_s: float = 90.0) -> str:
             raise BrokerError(
                 f"the broker exited with code {proc.returncode} during start\n{log_tail(config)}"
             )
-        if answers(config.bootstrap, timeout_s=2.0):
+        if answers(config.bootstrap, timeout_s=2.0, **config.probe_options):
             return config.bootstrap
         time.sleep(_POLL_S)
     stop(config, kill=True)
@@ -379,5 +390,5 @@ def status(config: BrokerConfig) -> BrokerStatus:
         running=pid is not None,
         pid=pid,
         bootstrap=config.bootstrap,
-        answers=answers(config.bootstrap),
+        answers=answers(config.bootstrap, **config.probe_options),
     )

@@ -167,4 +167,20 @@ def dlq_replay(settings: Settings, kind: str | None, limit: int | None) -> None:
         click.echo(f"skipped {count}: {reason}")
 
 
-COMMANDS = [call, dlq]
+@click.command("acls")
+@click.option("--agents", default="User:agents", show_default=True, help="Agents' principal.")
+@click.option("--adapter", default="User:adapter", show_default=True, help="Worker's principal.")
+@click.option("--review", default="User:review", show_default=True, help="Review's principal.")
+@pass_settings
+def acls(settings: Settings, agents: str, adapter: str, review: str) -> None:
+    """Print the least-privilege ACLs of this deployment as `kafka-acls.sh` commands.
+
+    $ADMIN stands for `--bootstrap-server HOST:PORT --command-config admin.properties`.
+    """
+    from stream_adapter.ops.acls import Principals, commands
+
+    for line in commands(settings, Principals(agents, adapter, review)):
+        click.echo(line)
+
+
+

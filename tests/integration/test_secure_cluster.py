@@ -1,0 +1,170 @@
+"""A cluster with SASL_SSL, mutual TLS and ACLs: the documented least-privilege ACLs, one
+principal per role, and clear refusals (wrong password, untrusted certificate, an agent
+writing decisions)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka.admin import NewTopic
+from confluent_kafka import Producer
+
+from stream_adapter import kafka_clients
+from stream_adapter.broker import secure
+from stream_adapter.errors import AuthenticationFailed, NotAuthorized, TlsFailed
+from stream_adapter.settings import Settings
+from stream_adapter.stream.topics import topic_specs
+from tests.harness import ROOT, deployment_acl_args, make_settings, settings_from_env
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    secure_broker: secure.SecureBroker, tmp_path_factory: pytest.TempPathFactory
+) -> Settings:
+    """This module's names on the secured broker: topics created by admin, and exactly the
+    ACLs of docs/operations.md granted with Kafka's own kafka-acls tool."""
+    base = make_settings(secure_broker.bootstrap, tmp_path_factory.mktemp("secure"))
+    admin = settings_from_env(secure_broker.sasl_env("admin"), base)
+
+    async def create() -> None:
+        async with kafka_clients.started(admin, kafka_clients.admin(admin)) as client:
+            await client.create_topics(
+                [
+                    NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.config)
+                    for s in topic_specs(admin)
+                ]
+            )
+
+    asyncio.run(create())
+    secure.run_acl_commands(
+        secure_broker, deployment_acl_args(base, secure.admin_args(secure_broker))
+    )
+    return base
+
+
+def as_user(
+    broker: secure.SecureBroker, base: Settings, user: str, mechanism: str = "SCRAM-SHA-512"
+) -> Settings:
+    return settings_from_env(broker.sasl_env(user, mechanism), base)
+
+
+def _cli(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`stream-adapter ARGS` as a user would run it, configured by the environment."""
+    full = {**os.environ, **settings.to_env(), **env, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "stream_adapter", *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"])
+async def test_an_agent_writes_calls_with_each_mechanism(
+    secure_broker: secure.SecureBroker, deployment: Settings, mechanism: str
+) -> None:
+    agents = as_user(secure_broker, deployment, "agents", mechanism)
+    producer = kafka_clients.producer(agents)
+    async with kafka_clients.started(agents, producer):
+        meta = await producer.send_and_wait(agents.calls_topic, b'{"tool": "echo"}')
+    assert meta.offset >= 0
+
+
+async def test_an_agent_with_a_client_certificate_writes_calls(
+    secure_broker: secure.SecureBroker, deployment: Settings
+) -> None:
+    agents = settings_from_env(secure_broker.mtls_env("agents"), deployment)
+    producer = kafka_clients.producer(agents)
+    async with kafka_clients.started(agents, producer):
+        meta = await producer.send_and_wait(agents.calls_topic, b'{"tool": "echo"}')
+        with pytest.raises(Exception) as refused:
+            await producer.send_and_wait(agents.decisions_topic, b"{}")
+    assert meta.offset >= 0
+    assert isinstance(kafka_clients.kafka_error(refused.value, "write"), NotAuthorized)
+
+
+async def test_the_broker_refuses_an_agent_writing_decisions(
+    secure_broker: secure.SecureBroker, deployment: Settings
+) -> None:
+    """Refused by the broker's ACLs, seen by two client families: aiokafka and librdkafka."""
+    agents = as_user(secure_broker, deployment, "agents")
+    decision = orjson.dumps({"approval_id": "a1", "approved": True, "reviewer": "mallory"})
+    producer = kafka_clients.producer(agents)
+    async with kafka_clients.started(agents, producer):
+        with pytest.raises(Exception) as refused:
+            await producer.send_and_wait(agents.decisions_topic, decision, key=b"a1")
+    assert isinstance(kafka_clients.kafka_error(refused.value, "write"), NotAuthorized)
+
+    errors: list[Any] = []
+    rd = Producer(_librdkafka(secure_broker, "agents"))
+    rd.produce(
+        agents.decisions_topic, decision, key=b"a1", on_delivery=lambda e, m: errors.append(e)
+    )
+    rd.flush(30)
+    assert errors and errors[0] is not None
+    assert errors[0].name() == "TOPIC_AUTHORIZATION_FAILED"
+
+    review = as_user(secure_broker, deployment, "review")
+    producer = kafka_clients.producer(review, enable_idempotence=True)
+    async with kafka_clients.started(review, producer):
+        meta = await producer.send_and_wait(review.decisions_topic, decision, key=b"a1")
+    assert meta.offset >= 0
+
+
+def _librdkafka(broker: secure.SecureBroker, user: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": broker.bootstrap,
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": broker.password(user),
+        "ssl.ca.location": str(broker.ca_file),
+    }
+
+
+def test_a_wrong_password_is_one_line_and_its_own_exit_code(
+    secure_broker: secure.SecureBroker, deployment: Settings
+) -> None:
+    agents = as_user(secure_broker, deployment, "agents")
+    wrong = "not-the-password-1234"
+    done = _cli(agents, "call", "echo", "{}", "--wait", "2", STREAM_ADAPTER_SASL_PASSWORD=wrong)
+    assert done.returncode == AuthenticationFailed.exit_code, done.stderr
+    _one_clear_line(done, "AuthenticationFailed", "agents")
+    assert wrong not in done.stdout + done.stderr
+
+
+def test_an_untrusted_certificate_is_one_line_and_its_own_exit_code(
+    secure_broker: secure.SecureBroker, deployment: Settings, tmp_path: Path
+) -> None:
+    agents = as_user(secure_broker, deployment, "agents")
+    stranger = secure.new_ca("somebody else's CA", tmp_path / "stranger.pem")
+    done = _cli(agents, "call", "echo", "{}", STREAM_ADAPTER_SSL_CAFILE=str(stranger))
+    assert done.returncode == TlsFailed.exit_code, done.stderr
+    _one_clear_line(done, "TlsFailed", "not trusted")
+
+
+def test_the_worker_with_a_wrong_password_stops_with_one_line(
+    secure_broker: secure.SecureBroker, deployment: Settings
+) -> None:
+    adapter = as_user(secure_broker, deployment, "adapter")
+    done = _cli(adapter, "worker", STREAM_ADAPTER_SASL_PASSWORD="wrong-wrong-wrong")
+    assert done.returncode == AuthenticationFailed.exit_code, done.stderr
+    _one_clear_line(done, "AuthenticationFailed", "adapter")
+
+
+def _one_clear_line(done: subprocess.CompletedProcess[str], kind: str, says: str) -> None:
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert kind in lines[0] and says in lines[0]
+    assert "Traceback" not in done.stdout + done.stderr
