@@ -34,6 +34,7 @@ __all__ = [
     "admin",
     "check_connection",
     "client_options",
+    "compression_type",
     "connection_error",
     "consumer",
     "kafka_error",
@@ -102,11 +103,15 @@ def client_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
+def compression_type(settings: Settings) -> str | None:
+    """The producers' `compression_type` (None for "none")."""
+    return None if settings.compression == "none" else settings.compression
+
+
 def producer(settings: Settings, **options: Any) -> AIOKafkaProducer:
     """A producer acknowledged by all in-sync replicas, compressed as COMPRESSION says."""
     check_codecs()
-    compression = None if settings.compression == "none" else settings.compression
-    base: dict[str, Any] = {"acks": "all", "compression_type": compression}
+    base: dict[str, Any] = {"acks": "all", "compression_type": compression_type(settings)}
     return AIOKafkaProducer(**client_options(settings), **{**base, **options})
 
 

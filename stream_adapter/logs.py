@@ -47,6 +47,7 @@ SAFE_FIELDS = frozenset(
         "partition",
         "offset",
         "event",
+        "retry_in_s",
     }
 )
 """Fields allowed at WARNING and above: names, ids, kinds and counters."""

@@ -12,6 +12,7 @@ from collections.abc import Collection
 from functools import partial
 from typing import Any
 
+from stream_adapter import kafka_clients
 from stream_adapter.executor import Executor
 from stream_adapter.retries import RetryPolicy
 from stream_adapter.settings import Settings
@@ -19,7 +20,14 @@ from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.approvals import ApprovalFlow, ApprovalTable
 from stream_adapter.stream.calls import process_call
 from stream_adapter.stream.context import FlowContext
-from stream_adapter.stream.engine import App, DurableTable, JobRoute, Sender, Slots
+from stream_adapter.stream.engine import (
+    App,
+    DurableTable,
+    JobRoute,
+    Sender,
+    Slots,
+    faust_connection,
+)
 from stream_adapter.stream.inline import inline_lane
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.outputs import Outputs
@@ -29,6 +37,11 @@ from stream_adapter.stream.web import MetricsServer
 
 RAW: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
 PRODUCER_MAX_REQUEST_BYTES = 4 << 20
+
+
+def _connection(settings: Settings) -> dict[str, Any]:
+    options = kafka_clients.client_options(settings)
+    return faust_connection(options, kafka_clients.compression_type(settings))
 
 
 def build_app(
@@ -68,7 +81,8 @@ def build_app(
         # Exactly-once recovery waits for open transactions to close (engine/recovery.py); a
         # standby copy of a partition another worker is writing would wait every time.
         table_standby_replicas=0 if exactly_once else 1,
-        **faust_options,
+        # Credentials, TLS and compression: the same as every other client (kafka_clients).
+        **{**_connection(settings), **faust_options},
     )
     calls = app.topic(settings.calls_topic, partitions=p, **RAW)
     approvals_channel = app.topic(
@@ -116,8 +130,8 @@ def build_app(
     inputs = frozenset(
         (settings.calls_topic, settings.decisions_topic, approval_requests_topic(settings))
     )
-    metrics.watch(partial(app.lags, inputs), approvals_store.values)
-    server = MetricsServer(metrics, settings.web_host, settings.web_port)
+    metrics.watch(partial(app.lags, inputs), approvals_store.values, stuck=app.stuck_partitions)
+    server = MetricsServer(metrics, settings.web_host, settings.web_port, app.stuck_partitions)
     app.add_service(server.start, server.stop)
 
     # Jobs waiting for their replies' acks hold no tool slot, so many more may queue.

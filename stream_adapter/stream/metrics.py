@@ -23,6 +23,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from stream_adapter.stream.engine import StuckPartition
+
 UNKNOWN_TOOL = "<unknown>"
 """The tool label of replies for envelopes without a known tool (bounded cardinality)."""
 
@@ -136,11 +138,13 @@ class Metrics:
         lags: Callable[[], Iterable[tuple[str, int, int]]],
         approvals: Callable[[], Iterable[bytes]],
         *,
+        stuck: Callable[[], Iterable[StuckPartition]] = tuple,
         pending_every_s: float = 10.0,
     ) -> None:
         """At scrape time, read consumer lag from lags() ((topic, partition, lag) of each
-        assigned input partition) and pending approvals from approvals() (record bytes)."""
-        self.registry.register(_ScrapeCollector(lags, approvals, pending_every_s))
+        assigned input partition), pending approvals from approvals() (record bytes) and the
+        partitions set aside from stuck()."""
+        self.registry.register(_ScrapeCollector(lags, approvals, stuck, pending_every_s))
 
 
 def count_pending(values: Iterable[bytes]) -> int:
@@ -202,10 +206,12 @@ class _ScrapeCollector(Collector):
         self,
         lags: Callable[[], Iterable[tuple[str, int, int]]],
         approvals: Callable[[], Iterable[bytes]],
+        stuck: Callable[[], Iterable[StuckPartition]],
         every_s: float,
     ) -> None:
         self._lags = lags
         self._approvals = approvals
+        self._stuck = stuck
         self._every_s = every_s
         self._pending: tuple[float, int] | None = None
 
@@ -229,6 +235,21 @@ class _ScrapeCollector(Collector):
         for topic, partition, value in self._safe(self._lags) or ():
             lag.add_metric([topic, str(partition)], value)
         yield lag
+        stuck = list(self._safe(lambda: list(self._stuck())) or ())
+        count = GaugeMetricFamily(
+            "stream_adapter_stuck_partitions",
+            "Input partitions set aside: their next batch cannot be fetched or decoded.",
+        )
+        count.add_metric([], len(stuck))
+        yield count
+        offsets = GaugeMetricFamily(
+            "stream_adapter_stuck_partition_offset",
+            "The offset a stuck partition stopped at, by topic, partition and error kind.",
+            labels=["topic", "partition", "error_kind"],
+        )
+        for part in stuck:
+            offsets.add_metric([part.topic, str(part.partition), part.error_kind], part.offset)
+        yield offsets
 
     @staticmethod
     def _safe(read: Callable[[], Any]) -> Any:

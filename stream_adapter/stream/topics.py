@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from stream_adapter.errors import BrokerError
+from stream_adapter import kafka_clients
+from stream_adapter.errors import BrokerError, NotAuthorized
 from stream_adapter.settings import Settings
 
 _TOPIC_ALREADY_EXISTS = 36
+_NOT_AUTHORIZED = (29, 31)  # topic, cluster authorization failed
 _COMPACT = {"cleanup.policy": "compact"}
 
 
@@ -117,6 +120,11 @@ async def create_topics(settings: Settings) -> list[TopicState]:
                 code = topic["error_code"]
                 if code == 0:
                     created.add(topic["topic"])
+                elif code in _NOT_AUTHORIZED:
+                    raise NotAuthorized(
+                        f"the cluster's ACLs refuse creating topic {topic['topic']}: "
+                        "create topics with an administrator's credentials"
+                    )
                 elif code != _TOPIC_ALREADY_EXISTS:
                     raise BrokerError(
                         f"creating topic {topic['topic']} failed: error {code} "
@@ -128,21 +136,7 @@ async def create_topics(settings: Settings) -> list[TopicState]:
     ]
 
 
-class _admin:
-    """An admin client as an async context manager, its errors mapped to BrokerError."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._client = AIOKafkaAdminClient(
-            bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=10_000
-        )
-
-    async def __aenter__(self) -> AIOKafkaAdminClient:
-        try:
-            await self._client.start()
-        except Exception as exc:
-            await self._client.close()
-            raise BrokerError(f"cannot reach the broker: {exc}") from exc
-        return self._client
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._client.close()
+def _admin(settings: Settings) -> AbstractAsyncContextManager[AIOKafkaAdminClient]:
+    """A started admin client as an async context manager; failing to connect is one clear
+    error (kafka_clients)."""
+    return kafka_clients.started(settings, kafka_clients.admin(settings))

@@ -9,22 +9,29 @@ stops the worker.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from stream_adapter import logs
+from stream_adapter.stream.engine import StuckPartition
 from stream_adapter.stream.metrics import Metrics
 
 
-def metrics_app(metrics: Metrics) -> web.Application:
-    """The aiohttp application serving metrics' registry."""
+def metrics_app(
+    metrics: Metrics, stuck: Callable[[], Iterable[StuckPartition]] = tuple
+) -> web.Application:
+    """The aiohttp application serving metrics' registry, and health with stuck()'s
+    partitions."""
 
     async def scrape(_: web.Request) -> web.Response:
         body = generate_latest(metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+        return web.Response(text=health_text(list(stuck())))
 
     app = web.Application()
     app.router.add_get("/metrics", scrape)
@@ -32,10 +39,32 @@ def metrics_app(metrics: Metrics) -> web.Application:
     return app
 
 
+def health_text(stuck: list[StuckPartition]) -> str:
+    """`ok`, or `degraded` and a line per stuck partition. Either way the status is 200: the
+    worker serves its other partitions, and a restart would not move past the batch."""
+    if not stuck:
+        return "ok\n"
+    lines = [f"degraded: {len(stuck)} partition(s) stuck, the others are served"]
+    for part in stuck:
+        since = datetime.fromtimestamp(part.since, UTC).isoformat(timespec="seconds")
+        lines.append(
+            f"stuck {part.topic} partition {part.partition} at offset {part.offset}: "
+            f"{part.error_kind} since {since}"
+        )
+    return "\n".join(lines) + "\n"
+
+
 class MetricsServer:
     """Serves metrics on host:port while the app runs; port 0 turns it off."""
 
-    def __init__(self, metrics: Metrics, host: str, port: int) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        host: str,
+        port: int,
+        stuck: Callable[[], Iterable[StuckPartition]] = tuple,
+    ) -> None:
+        self._stuck = stuck
         self._metrics = metrics
         self._host = host
         self._port = port
@@ -44,7 +73,7 @@ class MetricsServer:
     async def start(self) -> None:
         if self._port == 0:
             return
-        runner = web.AppRunner(metrics_app(self._metrics), access_log=None)
+        runner = web.AppRunner(metrics_app(self._metrics, self._stuck), access_log=None)
         await runner.setup()
         try:
             await web.TCPSite(runner, self._host, self._port).start()

@@ -8,11 +8,13 @@ for. The commit rule lives in commits/.
 """
 
 from stream_adapter.stream.engine.app import App
+from stream_adapter.stream.engine.connection import faust_connection
 from stream_adapter.stream.engine.keyed import Slots
 from stream_adapter.stream.engine.patches import UnsupportedVersion
 from stream_adapter.stream.engine.producer import BatchSender, RecordBatch, Sender
 from stream_adapter.stream.engine.records import Delivery, Headers, Record, message_id_of
 from stream_adapter.stream.engine.routes import JobRoute, Lane, LaneLinks, Process
+from stream_adapter.stream.engine.stuck import StuckPartition
 from stream_adapter.stream.engine.table import DurableTable
 
 __all__ = [
@@ -29,6 +31,8 @@ __all__ = [
     "RecordBatch",
     "Sender",
     "Slots",
+    "StuckPartition",
     "UnsupportedVersion",
+    "faust_connection",
     "message_id_of",
 ]

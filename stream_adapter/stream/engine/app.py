@@ -18,6 +18,7 @@ from stream_adapter.stream.engine.commits.gate import CommitGate
 from stream_adapter.stream.engine.commits.transactions import TransactionGuard
 from stream_adapter.stream.engine.consumer import Drain, FastConsumer, FastTransport, Flush, Handler
 from stream_adapter.stream.engine.services import Hook, HookService
+from stream_adapter.stream.engine.stuck import StuckPartition
 
 
 class App(faust.App):
@@ -78,6 +79,11 @@ class App(faust.App):
     def add_service(self, start: Hook, stop: Hook) -> None:
         """Run start when the app starts and stop when it stops (Faust's service lifecycle)."""
         self.service(cast(Any, HookService(start, stop)))
+
+    def stuck_partitions(self) -> list[StuckPartition]:
+        """Partitions set aside because their next batch cannot be fetched or decoded."""
+        consumer = getattr(self, "_consumer", None)  # none before the worker starts
+        return list(consumer.stuck) if isinstance(consumer, FastConsumer) else []
 
     def lags(self, topics: frozenset[str]) -> list[tuple[str, int, int]]:
         """Per assigned partition of topics: (topic, partition, messages after the commit)."""

@@ -24,6 +24,8 @@ from mode.utils.futures import notify
 from stream_adapter import logs
 from stream_adapter.stream.engine.commits.gate import CommitGate
 from stream_adapter.stream.engine.loop_consumer import LoopConsumerThread
+from stream_adapter.stream.engine.producer import IdempotentProducer
+from stream_adapter.stream.engine.stuck import StuckPartitions
 
 ROUND_SLICE_S = 0.05
 """Longest a round holds the event loop without yielding: the consumer's heartbeats and
@@ -52,6 +54,8 @@ class FastConsumer(faust_aiokafka.Consumer):
         self._expected: dict[Any, int] = {}  # the offset a partition's next record should have
         self._seeking = asyncio.Event()
         self._seeking.set()
+        self.stuck = StuckPartitions()
+        """Partitions set aside because their next batch cannot be fetched or decoded."""
 
     def _new_consumer_thread(self) -> LoopConsumerThread:
         return LoopConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -274,6 +278,7 @@ class FastConsumer(faust_aiokafka.Consumer):
         await super().on_partitions_revoked(revoked)
         for tp in revoked:
             self._expected.pop(tp, None)
+        self.stuck.forget(revoked)
 
     def lags(self, topics: frozenset[str]) -> list[tuple[str, int, int]]:
         """(topic, partition, messages after the committed offset) of each assigned partition
@@ -297,6 +302,7 @@ class FastConsumer(faust_aiokafka.Consumer):
 
 
 class FastTransport(faust_aiokafka.Transport):
-    """The aiokafka transport, building FastConsumers."""
+    """The aiokafka transport, building FastConsumers and idempotent producers."""
 
     Consumer: ClassVar[type[FastConsumer]] = FastConsumer
+    Producer: ClassVar[type[IdempotentProducer]] = IdempotentProducer

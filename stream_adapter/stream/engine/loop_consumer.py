@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
+from aiokafka.errors import ConsumerStoppedError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from mode.utils.futures import maybe_async
+
+from stream_adapter.stream.engine.stuck import StuckPartitions
 
 
 class LoopConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -48,6 +51,50 @@ class LoopConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer._isolation_level = "read_committed"  # the fetcher takes it at start()
         return consumer
 
+    async def _fetch_records(
+        self,
+        consumer: Any,
+        active_partitions: set[Any] | None,
+        timeout: float | None = None,  # noqa: ASYNC109 (Faust calls it so)
+        max_records: int | None = None,
+    ) -> Any:
+        """Faust's fetch, with an error of one partition kept to that partition.
+
+        Faust's own asks aiokafka for every active partition at once, and a batch it cannot
+        decode or a partition's fetch error is raised for all of them (stuck.py). Here each
+        buffered result is guarded first, and stuck partitions rest between tries.
+        """
+        if not self.consumer.flow_active:
+            return {}
+        fetcher = consumer._fetcher
+        if consumer._closed or fetcher._closed:
+            raise ConsumerStoppedError()
+        stuck: StuckPartitions = cast(Any, self.consumer).stuck  # a FastConsumer
+        subscriptions = fetcher._subscriptions
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (timeout or 0.0)
+        with subscriptions.fetch_context():
+            while True:
+                wanted = None if active_partitions is None else active_partitions - stuck.resting()
+                if wanted is not None and not wanted:  # every partition is resting
+                    await asyncio.sleep(max(0.0, min(deadline - loop.time(), 1.0)))
+                    return {}
+                stuck.guard(fetcher._records, wanted)
+                records = await fetcher.fetched_records(wanted, timeout=0, max_records=max_records)
+                stuck.settle(lambda tp: _position(subscriptions, tp))
+                if records:
+                    stuck.served(records)
+                    return records
+                left = deadline - loop.time()
+                if left <= 0 or fetcher._closed:
+                    return {}
+                waiter = fetcher._create_fetch_waiter()
+                done, _ = await asyncio.wait([waiter], timeout=left)
+                if not done:
+                    waiter.cancel()
+                    return {}
+                waiter.result()  # an error of the whole consumer (the group's authorization)
+
     async def call_thread(
         self, fun: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
@@ -70,3 +117,12 @@ class LoopConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     async def _gather_remaining_tasks(self) -> None:
         """mode sweeps its thread loop's tasks on stop; this loop's tasks are the app's."""
+
+
+def _position(subscriptions: Any, tp: Any) -> int:
+    """The consumer's fetch position of tp; -1 when it has none."""
+    try:
+        position = subscriptions.subscription.assignment.state_value(tp).position
+    except (AttributeError, KeyError):
+        return -1
+    return -1 if position is None else int(position)

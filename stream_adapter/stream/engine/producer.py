@@ -12,18 +12,30 @@ batches in memory and hands them to the producer whole (the calls route's inline
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiokafka.errors import IllegalOperation
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.structs import TopicPartition
+from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from stream_adapter.partitions import known_partitions, partition_count, partition_for
 from stream_adapter.stream.engine.commits.gate import current_section
 from stream_adapter.stream.engine.commits.transactions import TransactionFailed, transactional_id
 from stream_adapter.stream.engine.records import Headers, current_delivery
+
+
+class IdempotentProducer(faust_aiokafka.Producer):
+    """Faust's producer, idempotent and acknowledged by all in-sync replicas at either
+    guarantee: a send retried after a lost acknowledgement is written once, in order.
+
+    Faust makes only its transactional producers idempotent.
+    """
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
 
 
 class Sender:

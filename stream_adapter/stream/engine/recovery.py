@@ -35,16 +35,32 @@ def broker_highwaters(highwaters: Highwaters) -> Highwaters:
     return _highwaters
 
 
+_CONNECTION = (
+    "security_protocol",
+    "ssl_context",
+    "sasl_mechanism",
+    "sasl_plain_username",
+    "sasl_plain_password",
+    "sasl_kerberos_service_name",
+    "sasl_kerberos_domain_name",
+    "sasl_oauth_token_provider",
+)
+
+
+def connected_like(client: Any) -> dict[str, Any]:
+    """aiokafka options that connect a new client as `client` (an `AIOKafkaClient`) is
+    connected: the same servers, security protocol, TLS context and SASL credentials."""
+    options = {name: getattr(client, f"_{name}") for name in _CONNECTION}
+    return {"bootstrap_servers": client._bootstrap_servers, **options}
+
+
 async def stable_highwaters(consumer: Any, partitions: list[Any]) -> Mapping[Any, int]:
     """The partitions' last stable offsets from the broker, once they reach the high
     watermarks (or after STABLE_WAIT_S)."""
     stable: Mapping[Any, int] = await consumer.end_offsets(partitions)
     if not partitions:
         return stable
-    probe = AIOKafkaConsumer(
-        bootstrap_servers=consumer._client._bootstrap_servers,
-        isolation_level="read_uncommitted",
-    )
+    probe = AIOKafkaConsumer(**connected_like(consumer._client), isolation_level="read_uncommitted")
     await probe.start()
     try:
         loop = asyncio.get_running_loop()
