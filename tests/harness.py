@@ -412,9 +412,10 @@ def settings_from_env(env: dict[str, str], base: Settings) -> Settings:
     return base.with_changes(**changes)
 
 
-def deployment_acl_args(settings: Settings, admin_args: list[str]) -> list[list[str]]:
-    """docs/operations.md's ACL lines with the default names replaced by settings' names,
-    as argument lists for Kafka's AclCommand ($ADMIN replaced by admin_args)."""
+def deployment_acls(settings: Settings) -> list[Any]:
+    """docs/operations.md's ACL lines with the default names replaced by settings' names."""
+    from stream_adapter.ops.acls import parse_command
+
     names = {
         "tool-calls": settings.calls_topic,
         "tool-replies": settings.replies_topic,
@@ -424,9 +425,7 @@ def deployment_acl_args(settings: Settings, admin_args: list[str]) -> list[list[
         "stream-adapter": settings.app_id,
         "stream-adapter-": f"{settings.app_id}-",
     }
-    out = []
-    for line in documented_acl_lines():
-        words = [names.get(word, word) for word in line.split()[1:]]
-        at = words.index("$ADMIN")
-        out.append([*words[:at], *admin_args, *words[at + 1 :]])
-    return out
+    return [
+        parse_command(" ".join(names.get(word, word) for word in line.split()))
+        for line in documented_acl_lines()
+    ]

@@ -52,6 +52,33 @@ class Acl:
         return [*words[:at], *admin_args, *words[at + 1 :]]
 
 
+def parse_command(line: str) -> Acl:
+    """The ACL a `command()` line grants (its inverse); ValueError for any other line."""
+    words = line.split()
+    if words[:3] != ["kafka-acls.sh", ADMIN_ARGS, "--add"]:
+        raise ValueError(f"not an ACL line: {line!r}")
+    principal, operations, resource, name, prefixed = "", [], "", "", False
+    pairs = iter(words[3:])
+    for flag in pairs:
+        value = next(pairs, "")
+        if flag == "--allow-principal":
+            principal = value
+        elif flag == "--operation":
+            operations.append(value)
+        elif flag in ("--topic", "--group", "--transactional-id"):
+            resource, name = flag[2:], value
+        elif flag == "--resource-pattern-type" and value == "prefixed":
+            prefixed = True
+        else:
+            raise ValueError(f"unexpected {flag} {value} in {line!r}")
+    if not (principal and operations and resource and name):
+        raise ValueError(f"incomplete ACL line: {line!r}")
+    acl = Acl(principal, tuple(operations), resource, name, prefixed)
+    if acl.command() != " ".join(words):
+        raise ValueError(f"not in the rendered form: {line!r}")
+    return acl
+
+
 def acls(settings: Settings, principals: Principals | None = None) -> list[Acl]:
     """Every ACL the three roles need, and nothing more."""
     who = principals or Principals()

@@ -3,6 +3,7 @@ reply keys and headers as any Kafka client sees them, in the worker's compressio
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import orjson
@@ -32,7 +33,9 @@ async def test_the_java_console_consumer_reads_replies_with_keys_and_headers(
     for call in sent:
         await client.reply_for(call_id=call.call_id)
 
-    out = run_tool(
+    # A JVM for up to a minute: off the event loop, so the test's own clients keep going.
+    out = await asyncio.to_thread(
+        run_tool,
         local.BrokerConfig(jars_dir=JARS_DIR),
         "org.apache.kafka.tools.consumer.ConsoleConsumer",
         [

@@ -6,22 +6,48 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from aiokafka.admin import NewTopic
 from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from stream_adapter import kafka_clients
 from stream_adapter.broker import secure
 from stream_adapter.errors import AuthenticationFailed, NotAuthorized, TlsFailed
+from stream_adapter.ops.acls import Acl
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import topic_specs
-from tests.harness import ROOT, deployment_acl_args, make_settings, settings_from_env
+from tests.harness import (
+    ROOT,
+    Client,
+    WorkerProcess,
+    deployment_acls,
+    make_settings,
+    settings_from_env,
+    unique,
+)
+from tests.integration.review_support import (
+    Api,
+    ReviewProcess,
+    add_reviewer,
+    ledger_lines,
+    park_invoice,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -45,10 +71,34 @@ def deployment(
             )
 
     asyncio.run(create())
-    secure.run_acl_commands(
-        secure_broker, deployment_acl_args(base, secure.admin_args(secure_broker))
-    )
+    admin_client = AdminClient(_librdkafka(secure_broker, "admin"))
+    bindings = [binding for acl in deployment_acls(base) for binding in _bindings(acl)]
+    for future in admin_client.create_acls(bindings).values():
+        future.result(30)
     return base
+
+
+def _bindings(acl: Acl) -> list[AclBinding]:
+    """One documented ACL line as librdkafka's admin client takes it (kafka-acls is a JVM per
+    line: minutes on a busy machine; test_kafka_acls_lists_the_documented_acls runs it)."""
+    resource = {
+        "topic": ResourceType.TOPIC,
+        "group": ResourceType.GROUP,
+        "transactional-id": ResourceType.TRANSACTIONAL_ID,
+    }[acl.resource]
+    pattern = ResourcePatternType.PREFIXED if acl.prefixed else ResourcePatternType.LITERAL
+    return [
+        AclBinding(
+            resource,
+            acl.name,
+            pattern,
+            acl.principal,
+            "*",
+            AclOperation[operation.upper()],
+            AclPermissionType.ALLOW,
+        )
+        for operation in acl.operations
+    ]
 
 
 def as_user(
@@ -68,6 +118,35 @@ def _cli(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProc
         timeout=120,
         check=False,
     )
+
+
+def test_kafka_acls_lists_the_documented_acls(
+    secure_broker: secure.SecureBroker, deployment: Settings
+) -> None:
+    """Kafka's own kafka-acls reads back, for the agents, exactly the documented lines."""
+    out = secure.run_acl_command(
+        secure_broker, [*secure.admin_args(secure_broker), "--list", "--principal", "User:agents"]
+    )
+    listed = set()
+    resource = ""
+    for line in out.splitlines():
+        found = re.search(r"resourceType=(\w+), name=(\S+), patternType=(\w+)\)", line)
+        if found:
+            resource = ":".join(found.groups())
+        op = re.search(r"operation=(\w+), permissionType=ALLOW", line)
+        if op:
+            listed.add((resource, op.group(1)))
+    expected = {
+        (
+            f"{acl.resource.upper().replace('-', '_')}:{acl.name}:"
+            f"{'PREFIXED' if acl.prefixed else 'LITERAL'}",
+            operation.upper(),
+        )
+        for acl in deployment_acls(deployment)
+        if acl.principal == "User:agents"
+        for operation in acl.operations
+    }
+    assert listed == expected, out
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"])
@@ -168,3 +247,48 @@ def _one_clear_line(done: subprocess.CompletedProcess[str], kind: str, says: str
     assert len(lines) == 1, done.stderr
     assert kind in lines[0] and says in lines[0]
     assert "Traceback" not in done.stdout + done.stderr
+
+
+async def test_worker_review_and_call_run_as_their_principals_over_sasl_ssl(
+    secure_broker: secure.SecureBroker, deployment: Settings, tmp_path: Path
+) -> None:
+    """The whole deployment with the documented ACLs and nothing more: an agent calls (the
+    CLI and a client), the worker answers, parks a confirm call, the review service decides
+    it, the worker runs it once."""
+    adapter = as_user(secure_broker, deployment, "adapter")
+    review = as_user(secure_broker, deployment, "review").with_changes(
+        reviewers_file=tmp_path / "reviewers.json"
+    )
+    agents = as_user(secure_broker, deployment, "agents")
+    worker = WorkerProcess(adapter, tmp_path / "work").start()
+    reviewer: ReviewProcess | None = None
+    try:
+        await worker.ready(timeout_s=120)
+        done = await asyncio.to_thread(
+            _cli, agents, "call", "add", '{"a": 2, "b": 3}', "--wait", "60"
+        )
+        assert done.returncode == 0, done.stderr
+        assert orjson.loads(done.stdout.splitlines()[-1])["result"] == 5
+
+        token = add_reviewer(review, "ann")
+        reviewer = ReviewProcess(review, tmp_path / "review").start()
+        await reviewer.ready(timeout_s=120)
+        async with Client(agents) as client, aiohttp.ClientSession() as http:
+            approval_id = await park_invoice(client, unique("run"))
+            api = Api(http, reviewer.url, token)
+            await api.wait_listed(approval_id)
+            path = f"/api/approvals/{approval_id}/decision"
+            status, body = await api.request("POST", path, json={"approved": True})
+            assert status == 200, body
+            reply = await client.reply_for(status="ok", approval_id=approval_id, timeout_s=60)
+        assert reply["tool"] == "send_invoice"
+        assert len(ledger_lines(worker.ledger)) == 1
+        assert worker.proc is not None and worker.proc.poll() is None
+        for log in (worker.log_text(), reviewer.log_text()):
+            assert "AuthorizationFailed" not in log and "NotAuthorized" not in log
+            for user in ("adapter", "review"):
+                assert secure_broker.password(user) not in log
+    finally:
+        if reviewer is not None:
+            reviewer.kill()
+        worker.kill()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from stream_adapter.ops.acls import ADMIN_ARGS, Principals, commands
+import pytest
+
+from stream_adapter.ops.acls import ADMIN_ARGS, Principals, acls, commands, parse_command
 from stream_adapter.settings import Settings
 from tests.harness import ROOT, documented_acl_lines
 
@@ -28,3 +30,12 @@ def test_only_the_review_principal_may_write_decisions() -> None:
     ]
     assert writers and all("User:review" in line for line in writers)
     assert (ROOT / "docs" / "operations.md").exists()
+
+
+def test_each_documented_line_parses_back_to_the_acl_it_renders() -> None:
+    for acl in acls(Settings.model_construct()):
+        assert parse_command(acl.command()) == acl
+    with pytest.raises(ValueError):
+        parse_command("kafka-acls.sh $ADMIN --add --allow-principal User:x --operation All")
+    with pytest.raises(ValueError):
+        parse_command("kafka-acls.sh $ADMIN --add --deny-principal User:x --topic t")
