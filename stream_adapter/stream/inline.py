@@ -189,10 +189,10 @@ class InlineCalls:
         headers = [("message-id", message_id.encode()), ("content-type", CONTENT_TYPE)]
         batch = self._batches.get(partition)
         if batch is None:
-            batch = self._batches[partition] = _Batch(RecordBatch(BATCH_BYTES))
+            batch = self._batches[partition] = _Batch(self._sender.batch(BATCH_BYTES))
         if not batch.records.append(key, value, headers):
             self._full.append((partition, batch))
-            batch = self._batches[partition] = _Batch(RecordBatch(BATCH_BYTES))
+            batch = self._batches[partition] = _Batch(self._sender.batch(BATCH_BYTES))
             batch.records.append(key, value, headers)
         batch.messages.append(message)
         batch.tools[tool] = batch.tools.get(tool, 0) + 1

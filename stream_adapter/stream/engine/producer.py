@@ -127,9 +127,15 @@ class RecordBatch:
 
     __slots__ = ("_builder",)
 
-    def __init__(self, size_bytes: int) -> None:
+    def __init__(self, size_bytes: int, compression: int = 0) -> None:
+        """compression: the codec attribute of a batch (`BatchSender.batch` passes the
+        producer's, so these batches are compressed like its others)."""
         self._builder = BatchBuilder(
-            size_bytes, 0, is_transactional=False, key_serializer=None, value_serializer=None
+            size_bytes,
+            compression,
+            is_transactional=False,
+            key_serializer=None,
+            value_serializer=None,
         )
 
     def append(self, key: bytes | None, value: bytes, headers: Headers) -> bool:
@@ -144,6 +150,10 @@ class BatchSender:
 
     def __init__(self, app: Any) -> None:
         self._producer = app.producer._ensure_producer()
+
+    def batch(self, size_bytes: int) -> RecordBatch:
+        """An empty batch of size_bytes, compressed as the producer compresses."""
+        return RecordBatch(size_bytes, self._producer._message_accumulator._compression_type)
 
     async def partition_count(self, topic: str) -> int:
         """topic's partition count (fetching its metadata once if needed)."""
