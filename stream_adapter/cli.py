@@ -41,7 +41,7 @@ F = TypeVar("F")
 LAZY = {
     "acls": Lazy(
         "stream_adapter.ops.commands:acls",
-        "Print the least-privilege ACLs of this deployment as kafka-acls.sh commands.",
+        "Print the least-privilege ACLs of this deployment as `kafka-acls.sh` commands.",
     ),
     "approvals": Lazy(
         "stream_adapter.review.commands:approvals",
@@ -334,15 +334,17 @@ def load_topology(settings: Settings) -> Any:
 def worker(settings: Settings) -> None:
     """Run the Faust worker of the configured topology until SIGTERM or Ctrl-C.
 
-    Exit 7 when the broker does not answer at start, 8 when the topology cannot be loaded.
+    Exit 8 when a codec or the topology cannot be loaded, 7 when the broker does not answer
+    at start, 9 when it refuses the credentials, 10 on a TLS failure.
     """
+    from stream_adapter.codecs import check_codecs
     from stream_adapter.ops.topic import reachable
     from stream_adapter.stream.worker import run_worker
 
-    # Codecs, credentials and TLS are checked first, each failure one line and its own code.
-    run_client(reachable(settings))
+    check_codecs()  # before the topology's imports: the install as it is
     if getattr(load_topology(settings), "app", None) is None:
         raise ConfigError(f"topology {settings.topology!r} has no `app`")
+    run_client(reachable(settings))  # credentials and TLS: each failure one line, its own code
     run_worker(settings)
 
 

@@ -15,8 +15,6 @@
         ├── TlsFailed            no   the TLS handshake failed (e.g. an untrusted certificate)
         ├── NotAuthorized        no   an ACL refused an operation on a topic, group or id
         └── CodecUnavailable     no   a compression codec cannot be used in this install
-
-`exit_code` is what a `stream-adapter` command exits with when the error stops it.
 """
 
 from __future__ import annotations
@@ -51,7 +49,6 @@ class AdapterError(Exception):
     title: ClassVar[str] = "Adapter error"
     status: int = 500
     retryable: bool = False
-    exit_code: ClassVar[int] = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -145,7 +142,6 @@ class AuthenticationFailed(BrokerError):
 
     title = "Kafka authentication failed"
     retryable = False
-    exit_code = 5
 
 
 class TlsFailed(BrokerError):
@@ -153,7 +149,6 @@ class TlsFailed(BrokerError):
 
     title = "Kafka TLS handshake failed"
     retryable = False
-    exit_code = 6
 
 
 class NotAuthorized(BrokerError):
@@ -162,7 +157,6 @@ class NotAuthorized(BrokerError):
     title = "Not authorized by the Kafka cluster"
     status = 403
     retryable = False
-    exit_code = 7
 
 
 class CodecUnavailable(BrokerError):
@@ -170,7 +164,6 @@ class CodecUnavailable(BrokerError):
 
     title = "Compression codec unavailable"
     retryable = False
-    exit_code = 8
 
 
 def problem(exc: BaseException) -> dict[str, Any]:

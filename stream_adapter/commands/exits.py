@@ -16,7 +16,11 @@ from stream_adapter.errors import (
     AdapterError,
     ApprovalConflict,
     ApprovalNotFound,
+    AuthenticationFailed,
     BrokerError,
+    CodecUnavailable,
+    NotAuthorized,
+    TlsFailed,
     ToolUsageError,
 )
 
@@ -33,6 +37,9 @@ class ExitCode(IntEnum):
     TOPICS = 6
     BROKER = 7
     CONFIG = 8
+    AUTHENTICATION = 9
+    TLS = 10
+    NOT_AUTHORIZED = 11
     INTERRUPTED = 130
 
     @property
@@ -49,7 +56,10 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.NOT_PENDING: "no such approval or reviewer, or the approval is not pending",
     ExitCode.TOPICS: "a topic is missing or differs from what the settings ask for",
     ExitCode.BROKER: "the broker cannot be reached, started or refused the request",
-    ExitCode.CONFIG: "configuration: a bad value in the environment, or the topology",
+    ExitCode.CONFIG: "configuration: a bad value in the environment, the topology, or a codec",
+    ExitCode.AUTHENTICATION: "Kafka refused the credentials (SASL_USERNAME, SASL_PASSWORD)",
+    ExitCode.TLS: "no TLS session: the broker's certificate is not trusted, or a file is unusable",
+    ExitCode.NOT_AUTHORIZED: "an ACL of the cluster refused an operation",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
 
@@ -80,6 +90,14 @@ def code_for(exc: BaseException) -> ExitCode:
     """The exit code of a failure's kind."""
     if isinstance(exc, TopicMissing):
         return ExitCode.TOPICS
+    if isinstance(exc, AuthenticationFailed):
+        return ExitCode.AUTHENTICATION
+    if isinstance(exc, TlsFailed):
+        return ExitCode.TLS
+    if isinstance(exc, NotAuthorized):
+        return ExitCode.NOT_AUTHORIZED
+    if isinstance(exc, CodecUnavailable):
+        return ExitCode.CONFIG
     if isinstance(exc, BrokerError):
         return ExitCode.BROKER
     if isinstance(exc, NotPending | ApprovalNotFound | ApprovalConflict):

@@ -181,6 +181,3 @@ def acls(settings: Settings, agents: str, adapter: str, review: str) -> None:
 
     for line in commands(settings, Principals(agents, adapter, review)):
         click.echo(line)
-
-
-

@@ -28,7 +28,8 @@ from confluent_kafka.admin import (
 
 from stream_adapter import kafka_clients
 from stream_adapter.broker import secure
-from stream_adapter.errors import AuthenticationFailed, NotAuthorized, TlsFailed
+from stream_adapter.commands import ExitCode
+from stream_adapter.errors import NotAuthorized
 from stream_adapter.ops.acls import Acl
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import topic_specs
@@ -218,7 +219,7 @@ def test_a_wrong_password_is_one_line_and_its_own_exit_code(
     agents = as_user(secure_broker, deployment, "agents")
     wrong = "not-the-password-1234"
     done = _cli(agents, "call", "echo", "{}", "--wait", "2", STREAM_ADAPTER_SASL_PASSWORD=wrong)
-    assert done.returncode == AuthenticationFailed.exit_code, done.stderr
+    assert done.returncode == ExitCode.AUTHENTICATION, done.stderr
     _one_clear_line(done, "AuthenticationFailed", "agents")
     assert wrong not in done.stdout + done.stderr
 
@@ -229,7 +230,7 @@ def test_an_untrusted_certificate_is_one_line_and_its_own_exit_code(
     agents = as_user(secure_broker, deployment, "agents")
     stranger = secure.new_ca("somebody else's CA", tmp_path / "stranger.pem")
     done = _cli(agents, "call", "echo", "{}", STREAM_ADAPTER_SSL_CAFILE=str(stranger))
-    assert done.returncode == TlsFailed.exit_code, done.stderr
+    assert done.returncode == ExitCode.TLS, done.stderr
     _one_clear_line(done, "TlsFailed", "not trusted")
 
 
@@ -238,7 +239,7 @@ def test_the_worker_with_a_wrong_password_stops_with_one_line(
 ) -> None:
     adapter = as_user(secure_broker, deployment, "adapter")
     done = _cli(adapter, "worker", STREAM_ADAPTER_SASL_PASSWORD="wrong-wrong-wrong")
-    assert done.returncode == AuthenticationFailed.exit_code, done.stderr
+    assert done.returncode == ExitCode.AUTHENTICATION, done.stderr
     _one_clear_line(done, "AuthenticationFailed", "adapter")
 
 

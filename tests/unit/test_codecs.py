@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from stream_adapter import codecs
 from stream_adapter.cli import cli
+from stream_adapter.commands import ExitCode
 from stream_adapter.errors import CodecUnavailable
 
 
@@ -32,7 +33,7 @@ def test_the_worker_fails_fast_on_an_unusable_codec(monkeypatch: pytest.MonkeyPa
     # No broker answers here: the codec check comes before any connection.
     result = CliRunner().invoke(cli, ["--broker", "127.0.0.1:1", "worker"])
     codecs.check_codecs.cache_clear()
-    assert result.exit_code == CodecUnavailable.exit_code, result.output
+    assert result.exit_code == ExitCode.CONFIG, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "CodecUnavailable" in lines[0] and "snappy" in lines[0]
     assert "Traceback" not in result.output
