@@ -7,6 +7,7 @@ from stream_adapter.approvals import (
     ApprovalState,
     ApprovalStore,
     Decision,
+    Resolution,
     parse_decision,
 )
 from stream_adapter.envelope import MAX_ENVELOPE_BYTES, Envelope, parse_envelope
@@ -28,7 +29,7 @@ from stream_adapter.errors import (
     problem,
 )
 from stream_adapter.executor import Executor
-from stream_adapter.handler import handle_envelope, record_decision
+from stream_adapter.handler import handle_envelope, record_decision, resolve_outcome
 from stream_adapter.logs import configure_logging
 from stream_adapter.replies import Reply
 from stream_adapter.runners import LoopLocal, LoopRunner, Runner, RunSync, run_sync
@@ -61,6 +62,7 @@ __all__ = [
     "NotAuthorized",
     "RedisApprovalStore",
     "Reply",
+    "Resolution",
     "RunSync",
     "Runner",
     "SQLApprovalStore",
@@ -80,6 +82,7 @@ __all__ = [
     "parse_envelope",
     "problem",
     "record_decision",
+    "resolve_outcome",
     "run_sync",
     "tool_handler",
 ]

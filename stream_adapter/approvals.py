@@ -1,12 +1,16 @@
 """Approval records, decisions and their pure state transitions (SPEC §7).
 
-``pending → approved → running → done`` or ``pending → denied``. The functions here do no
-I/O, so the approval stores and the Kafka table apply exactly the same rules.
+``pending → approved → running → done`` or ``pending → denied``. A run that ended with no
+outcome and may not run again goes ``running → unknown``, until a person resolves it: ``unknown →
+done`` ("it ran") or, once, ``unknown → approved`` ("it did not run": a fresh run). The functions
+here do no I/O, so the approval stores and the Kafka table apply exactly the same rules.
 """
 
 from __future__ import annotations
 
 import builtins
+import os
+import socket
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -18,7 +22,7 @@ from stream_adapter._json import JSONError, loads
 from stream_adapter.envelope import Envelope
 from stream_adapter.errors import ApprovalConflict, ApprovalDenied, ToolUsageError
 from stream_adapter.ids import approval_id_for
-from stream_adapter.replies import Reply, already_done_reply, pending_reply
+from stream_adapter.replies import Reply, already_done_reply, ok_reply, pending_reply
 
 __all__ = [
     "MAX_DECISION_BYTES",
@@ -27,17 +31,23 @@ __all__ = [
     "ApprovalState",
     "ApprovalStore",
     "Decision",
+    "Resolution",
     "Step",
     "apply_decision",
+    "apply_resolution",
     "begin_run",
     "denial",
     "finish",
+    "give_up",
     "new_record",
     "next_step",
     "parse_decision",
+    "parse_reviewer_message",
     "rerun",
     "run_age_s",
+    "same_resolution",
     "settled_reply",
+    "this_process",
     "utc_now",
 ]
 
@@ -57,6 +67,9 @@ class ApprovalState(StrEnum):
     DENIED = "denied"
     RUNNING = "running"
     DONE = "done"
+    UNKNOWN = "unknown"
+    """Its run ended with no outcome and it will not be run again automatically: a person
+    finds out whether it ran and resolves it (`Resolution`)."""
 
 
 def utc_now() -> str:
@@ -88,6 +101,15 @@ class ApprovalRecord(BaseModel):
     started_at: str | None = None
     """When the last run started: a host reruns an idempotent call only once that run is
     surely over (see `next_step`)."""
+    started_by: str | None = None
+    """Which worker or host started the last run (host name and process id)."""
+    unknown_at: str | None = None
+    """When its run was found over with no outcome (state unknown)."""
+    resolution: Literal["ran", "not_run"] | None = None
+    """A person's finding about a run with no outcome (see `Resolution`)."""
+    resolved_by: str | None = None
+    resolved_at: str | None = None
+    resolution_reason: str | None = None
 
     def to_bytes(self) -> bytes:
         """JSON bytes for a table, a changelog or a database row."""
@@ -121,10 +143,46 @@ class Decision(BaseModel):
         return value
 
 
+class Resolution(BaseModel):
+    """A reviewer's finding about an approved call whose run left no outcome (state unknown),
+    sent on `approval-decisions` like a decision: `ran` settles it with an ok reply carrying
+    `result`; `not_run` approves one fresh run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    approval_id: str = Field(min_length=1, max_length=256)
+    resolution: Literal["ran", "not_run"]
+    reviewer: str = Field(min_length=1, max_length=256)
+    result: Any = None
+    reason: str | None = Field(default=None, max_length=4096)
+    decided_at: str | None = None
+
+    @field_validator("decided_at")
+    @classmethod
+    def _iso(cls, value: str | None) -> str | None:
+        if value is not None:
+            datetime.fromisoformat(value)  # ValueError -> ValidationError
+        return value
+
+
+def _message(value: bytes | str | Mapping[str, Any]) -> Any:
+    return value if isinstance(value, Mapping) else loads(value, MAX_DECISION_BYTES)
+
+
 def parse_decision(value: bytes | str | Mapping[str, Any]) -> Decision:
     """Strictly parse a decision; ToolUsageError on any other key, type or shape."""
     try:
-        obj = value if isinstance(value, Mapping) else loads(value, MAX_DECISION_BYTES)
+        return Decision.model_validate(_message(value))
+    except (JSONError, ValidationError):
+        raise ToolUsageError("malformed decision") from None
+
+
+def parse_reviewer_message(value: bytes | str | Mapping[str, Any]) -> Decision | Resolution:
+    """A decision, or a resolution when it has a `resolution` key; each parsed strictly."""
+    try:
+        obj = _message(value)
+        if isinstance(obj, Mapping) and "resolution" in obj:
+            return Resolution.model_validate(obj)
         return Decision.model_validate(obj)
     except (JSONError, ValidationError):
         raise ToolUsageError("malformed decision") from None
@@ -167,25 +225,96 @@ def apply_decision(
     return decided, True
 
 
-def begin_run(record: ApprovalRecord) -> ApprovalRecord:
+def this_process() -> str:
+    """Who starts a run here: host name and process id (kept as the record's `started_by`)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def begin_run(record: ApprovalRecord, *, by: str | None = None) -> ApprovalRecord:
     """approved → running; ApprovalConflict from any other state (the decision is used)."""
     if record.state is not ApprovalState.APPROVED:
         raise ApprovalConflict(
             f"approval is {record.state}, not approved", approval_id=record.approval_id
         )
     return record.model_copy(
-        update={"state": ApprovalState.RUNNING, "runs": record.runs + 1, "started_at": utc_now()}
+        update={
+            "state": ApprovalState.RUNNING,
+            "runs": record.runs + 1,
+            "started_at": utc_now(),
+            "started_by": by or this_process(),
+        }
     )
 
 
-def rerun(record: ApprovalRecord) -> ApprovalRecord:
+def rerun(record: ApprovalRecord, *, by: str | None = None) -> ApprovalRecord:
     """running → running once more, for an idempotent tool whose earlier run left no outcome."""
     if record.state is not ApprovalState.RUNNING or record.runs >= MAX_RUNS:
         raise ApprovalConflict(
             f"approval is {record.state} after {record.runs} runs, not to be run again",
             approval_id=record.approval_id,
         )
-    return record.model_copy(update={"runs": record.runs + 1, "started_at": utc_now()})
+    return record.model_copy(
+        update={
+            "runs": record.runs + 1,
+            "started_at": utc_now(),
+            "started_by": by or this_process(),
+        }
+    )
+
+
+def give_up(record: ApprovalRecord, *, now: str | None = None) -> ApprovalRecord:
+    """running → unknown: its run is over with no outcome and it may not run again."""
+    if record.state is not ApprovalState.RUNNING:
+        raise ApprovalConflict(
+            f"approval is {record.state}, not running", approval_id=record.approval_id
+        )
+    return record.model_copy(
+        update={"state": ApprovalState.UNKNOWN, "unknown_at": now or utc_now()}
+    )
+
+
+def apply_resolution(
+    record: ApprovalRecord, resolution: Resolution, *, now: str | None = None
+) -> ApprovalRecord:
+    """unknown → done (`ran`, with an ok reply marked `resolved_by`) or unknown → approved
+    (`not_run`, once per approval); ApprovalConflict from any other state or a second
+    `not_run`."""
+    if resolution.approval_id != record.approval_id:
+        raise ToolUsageError("resolution is for another approval")
+    if record.state is not ApprovalState.UNKNOWN:
+        raise ApprovalConflict(
+            f"approval is {record.state}, not unknown", approval_id=record.approval_id
+        )
+    if resolution.resolution == "not_run" and record.resolution == "not_run":
+        raise ApprovalConflict(
+            "approval was already run again once after an unknown outcome",
+            approval_id=record.approval_id,
+        )
+    update: dict[str, Any] = {
+        "resolution": resolution.resolution,
+        "resolved_by": resolution.reviewer,
+        "resolved_at": resolution.decided_at or now or utc_now(),
+        "resolution_reason": resolution.reason,
+    }
+    if resolution.resolution == "ran":
+        reply = ok_reply(
+            record.tool, record.run_id, record.call_id, resolution.result, record.approval_id
+        )
+        reply["resolved_by"] = resolution.reviewer
+        update |= {"state": ApprovalState.DONE, "reply": reply}
+    else:
+        update |= {"state": ApprovalState.APPROVED, "unknown_at": None}
+    return record.model_copy(update=update)
+
+
+def same_resolution(record: ApprovalRecord, resolution: Resolution) -> bool:
+    """Whether record already holds exactly this (timestamped) resolution: a redelivery."""
+    return (
+        resolution.decided_at is not None
+        and record.resolution == resolution.resolution
+        and record.resolved_by == resolution.reviewer
+        and record.resolved_at == resolution.decided_at
+    )
 
 
 def run_age_s(record: ApprovalRecord, now: datetime | None = None) -> float:
@@ -213,7 +342,8 @@ class Step(StrEnum):
     RERUN = "rerun"  # running, idempotent tool: its run left no outcome; run it again
     BUSY = "busy"  # running, idempotent tool, maybe still running elsewhere: try again later
     DENY = "deny"  # denied: ApprovalDenied
-    DONE = "done"  # running or done: reply already_done
+    DONE = "done"  # running, unknown or done: reply already_done
+    GIVE_UP = "give_up"  # running, over with no outcome, not to run again: mark it unknown
 
 
 _STEPS = {
@@ -222,6 +352,7 @@ _STEPS = {
     ApprovalState.DENIED: Step.DENY,
     ApprovalState.RUNNING: Step.DONE,
     ApprovalState.DONE: Step.DONE,
+    ApprovalState.UNKNOWN: Step.DONE,
 }
 
 
@@ -235,10 +366,15 @@ def next_step(
     outcome unknown). An idempotent one runs again with the same call_id, up to MAX_RUNS
     starts in all, once its last run started `rerun_after_s` ago (`Step.BUSY` before then):
     the worker knows which runs are its own and live, so it passes 0; a host cannot, so it
-    waits until the last run is surely past its timeout.
+    waits until the last run is surely past its timeout. A run that is surely over and may
+    not run again is given up (`Step.GIVE_UP`: running → unknown, for a person to resolve);
+    before then a non-idempotent call answers `already_done` with outcome unknown.
     """
-    if idempotent and record.state is ApprovalState.RUNNING and record.runs < MAX_RUNS:
-        return Step.RERUN if run_age_s(record) >= rerun_after_s else Step.BUSY
+    if record.state is ApprovalState.RUNNING:
+        over = run_age_s(record) >= rerun_after_s
+        if idempotent and record.runs < MAX_RUNS:
+            return Step.RERUN if over else Step.BUSY
+        return Step.GIVE_UP if over else Step.DONE
     return _STEPS[record.state]
 
 
@@ -295,6 +431,17 @@ class ApprovalStore(Protocol):
     ) -> tuple[ApprovalRecord, bool]:
         """running → running with one more run (`rerun`) when `next_step` says RERUN for an
         idempotent tool; True when the caller may run the call again."""
+        ...
+
+    async def give_up(
+        self, approval_id: str, *, idempotent: bool, rerun_after_s: float
+    ) -> tuple[ApprovalRecord, bool]:
+        """running → unknown (`give_up`) when `next_step` says GIVE_UP; True when it moved."""
+        ...
+
+    async def resolve(self, approval_id: str, resolution: Resolution) -> ApprovalRecord:
+        """Apply a person's resolution to an unknown record (`apply_resolution`);
+        ApprovalNotFound, or ApprovalConflict."""
         ...
 
     async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:

@@ -45,7 +45,7 @@ LAZY = {
     ),
     "approvals": Lazy(
         "stream_adapter.review.commands:approvals",
-        "Approvals for operators: list them, approve or deny one.",
+        "Approvals for operators: list them, approve or deny one, resolve an unknown outcome.",
     ),
     "bench": Lazy(
         "stream_adapter.bench.command:bench",

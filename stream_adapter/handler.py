@@ -11,6 +11,7 @@ from stream_adapter.approvals import (
     ApprovalState,
     ApprovalStore,
     Decision,
+    Resolution,
     Step,
     denial,
     new_record,
@@ -33,7 +34,7 @@ from stream_adapter.executor import Executor
 from stream_adapter.replies import Reply, error_reply_body, ok_reply
 from stream_adapter.tools import Tool
 
-__all__ = ["handle_envelope", "record_decision", "rerun_after"]
+__all__ = ["handle_envelope", "record_decision", "rerun_after", "resolve_outcome"]
 
 
 async def handle_envelope(
@@ -138,6 +139,20 @@ async def _answer(
             call_id=record.call_id,
             approval_id=record.approval_id,
         )
+    if step is Step.GIVE_UP:
+        record, moved = await _store(executor, record.tool).give_up(
+            record.approval_id, idempotent=idempotent, rerun_after_s=rerun_after_s
+        )
+        if moved:
+            logs.event(
+                logs.WARNING,
+                "approved call outcome unknown; a person resolves it",
+                tool=record.tool,
+                approval_id=record.approval_id,
+                runs=record.runs,
+                started_by=record.started_by,
+            )
+        return settled_reply(record)
     if step not in (Step.RUN, Step.RERUN):
         return settled_reply(record)
     tool = tool or executor.resolve(record.tool, tools)
@@ -237,6 +252,57 @@ async def record_decision(
         tool=record.tool,
         approval_id=approval_id,
         state=record.state,
+        reviewer=reviewer,
+    )
+    return 200, record.model_dump(mode="json", exclude_none=True)
+
+
+async def resolve_outcome(
+    executor: Executor,
+    approval_id: str,
+    *,
+    reviewer: str,
+    ran: bool,
+    result: Any = None,
+    reason: str | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """Store a person's finding about an unknown outcome: (200, record), (404, problem) or
+    (409, problem).
+
+    `ran=True` settles it: the next resume answers with an ok reply carrying `result`.
+    `ran=False` approves it again, once: the next resume runs it fresh. The reviewer must come
+    from the caller's credential, never from a request body.
+    """
+    store = _store(executor, None)
+    try:
+        resolution = Resolution(
+            approval_id=approval_id,
+            resolution="ran" if ran else "not_run",
+            reviewer=reviewer,
+            result=result,
+            reason=reason,
+            decided_at=utc_now(),
+        )
+        record = await store.get(approval_id)
+        if record is None:
+            raise ApprovalNotFound(f"no approval {approval_id[:80]!r}", approval_id=approval_id)
+        _owned(executor, record)
+        record = await store.resolve(approval_id, resolution)
+    except (ApprovalNotFound, ApprovalConflict, ToolUsageError) as exc:
+        if isinstance(exc, ApprovalConflict):
+            logs.event(
+                logs.WARNING, "resolution refused", approval_id=approval_id, error_kind=exc.kind
+            )
+        return error_reply(exc)
+    except ValueError:
+        return error_reply(ToolUsageError("malformed resolution"))
+    logs.event(
+        logs.INFO,
+        "unknown outcome resolved",
+        tool=record.tool,
+        approval_id=approval_id,
+        state=record.state,
+        resolution=record.resolution,
         reviewer=reviewer,
     )
     return 200, record.model_dump(mode="json", exclude_none=True)

@@ -84,6 +84,12 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds after which a silent worker's partitions move to another.",
     )
+    unknown_outcome_age_limit_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="Seconds an approved call's unknown outcome may wait for a person before "
+        "the alert rule fires (exported as a metric).",
+    )
     web_port: int = Field(
         default=6066, ge=0, le=65535, description="Port of the worker's /metrics (0: off)."
     )

@@ -109,7 +109,8 @@ def send_invoice(customer: str, amount_cents: int) -> dict[str, Any]:
 @registry.tool(confirm=True)
 def wire_funds(account: str, amount_cents: int) -> dict[str, Any]:
     """Needs a reviewer; not idempotent: one ledger line per run, so a second run would show.
-    A run that died with its worker is never repeated; it answers `outcome: unknown`."""
+    A run that died with its worker is never repeated automatically: its outcome is unknown
+    until a person resolves it (`stream-adapter approvals resolve`)."""
     _append_to_ledger("wire_funds", {"account": account, "amount_cents": amount_cents}, once=False)
     return {"wired": account, "amount_cents": amount_cents}
 

@@ -53,7 +53,9 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.USAGE: "bad usage: unknown option or command, bad value, missing argument",
     ExitCode.PENDING: "call: still pending approval when --wait ran out",
     ExitCode.NO_REPLY: "call: no reply within --wait",
-    ExitCode.NOT_PENDING: "no such approval or reviewer, or the approval is not pending",
+    ExitCode.NOT_PENDING: (
+        "no such approval or reviewer, or the approval is not pending (resolve: not unknown)"
+    ),
     ExitCode.TOPICS: "a topic is missing or differs from what the settings ask for",
     ExitCode.BROKER: "the broker cannot be reached, started or refused the request",
     ExitCode.CONFIG: "configuration: a bad value in the environment, the topology, or a codec",

@@ -1,4 +1,4 @@
-"""CLI commands: `review`, `reviewers add|list|remove`, `approvals list|decide`."""
+"""CLI commands: `review`, `reviewers add|list|remove`, `approvals list|decide|resolve`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import click
+import orjson
 
 from stream_adapter.approvals import ApprovalState
 from stream_adapter.commands import Column, NotPending, emit, note, pass_settings, run_client
@@ -79,7 +80,7 @@ def reviewers_remove(settings: Settings, name: str) -> None:
 
 @click.group()
 def approvals() -> None:
-    """Approvals for operators: list them, approve or deny one."""
+    """Approvals for operators: list them, approve or deny one, resolve an unknown outcome."""
 
 
 _STATES = click.Choice([s.value for s in ApprovalState])
@@ -107,7 +108,9 @@ def approvals_list(settings: Settings, state: str | None, as_json: bool) -> None
     note(f"{len(records)} approval(s){f' {state}' if state else ''} in {settings.approvals_topic}")
 
 
-async def _decide(settings: Settings, approval_id: str, **decision: Any) -> Any:
+async def _decide(
+    settings: Settings, approval_id: str, *, resolve: bool = False, **decision: Any
+) -> Any:
     from stream_adapter.review.decide import Decider, DecisionWriter
     from stream_adapter.review.view import ApprovalsView
 
@@ -117,7 +120,10 @@ async def _decide(settings: Settings, approval_id: str, **decision: Any) -> Any:
     try:
         await view.wait_caught_up()
         await writer.start()
-        return await Decider(view, writer).decide(approval_id, **decision)
+        decider = Decider(view, writer)
+        if resolve:
+            return await decider.resolve(approval_id, **decision)
+        return await decider.decide(approval_id, **decision)
     finally:
         await writer.stop()
         await view.stop()
@@ -166,6 +172,76 @@ def approvals_decide(
         click.echo(f"decision sent for {approval_id}; the worker has not shown it yet")
     else:
         click.echo(f"{approval_id}: {outcome.record.state} by {outcome.record.reviewer}")
+
+
+@approvals.command("resolve")
+@click.argument("approval_id")
+@click.option(
+    "--ran/--not-run",
+    "ran",
+    default=None,
+    help="It ran (settles it) or it did not run (runs it again, once). Required.",
+)
+@click.option(
+    "--result",
+    "result_json",
+    default=None,
+    metavar="JSON",
+    help="With --ran: the call's result as JSON, for the agent's ok reply (default null).",
+)
+@click.option("--reviewer", required=True, help="Who resolves it (recorded on the approval).")
+@click.option("--reason", default=None, help="Why (kept in the record, never logged).")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0),
+    metavar="SECONDS",
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the worker to show the resolution.",
+)
+@pass_settings
+def approvals_resolve(
+    settings: Settings,
+    approval_id: str,
+    ran: bool | None,
+    result_json: str | None,
+    reviewer: str,
+    reason: str | None,
+    wait_s: float,
+) -> None:
+    """Resolve an approved call whose outcome is unknown (signed like decisions).
+
+    The agent receives an ok reply with --result (--ran), or the reply of one fresh run
+    (--not-run). Exit 5 when it is unknown to the table or its outcome is not unknown.
+    """
+    if ran is None:
+        raise click.UsageError("say --ran or --not-run")
+    if result_json is not None and not ran:
+        raise click.UsageError("--result goes with --ran")
+    try:
+        result = None if result_json is None else orjson.loads(result_json)
+    except orjson.JSONDecodeError:
+        raise click.BadParameter("not JSON", param_hint="--result") from None
+    outcome = run_client(
+        _decide(
+            settings,
+            approval_id,
+            resolve=True,
+            ran=ran,
+            result=result,
+            reviewer=reviewer,
+            reason=reason,
+            wait_s=wait_s,
+        )
+    )
+    if outcome.record is None:
+        click.echo(f"resolution sent for {approval_id}; the worker has not shown it yet")
+    else:
+        said = "it ran" if ran else "it did not run"
+        click.echo(
+            f"{approval_id}: {said}, by {outcome.record.resolved_by}; now {outcome.record.state}"
+        )
 
 
 COMMANDS = (review, reviewers, approvals)

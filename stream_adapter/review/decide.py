@@ -9,13 +9,14 @@ one process, `Decider` remembers what it sent, so a second decision never leaves
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import orjson
 from aiokafka import AIOKafkaProducer
 from pydantic import ValidationError
 
 from stream_adapter import kafka_clients, logs
-from stream_adapter.approvals import ApprovalRecord, ApprovalState, Decision, utc_now
+from stream_adapter.approvals import ApprovalRecord, ApprovalState, Decision, Resolution, utc_now
 from stream_adapter.errors import ApprovalConflict, ApprovalNotFound, BrokerError, ToolUsageError
 from stream_adapter.review.view import ApprovalsView
 from stream_adapter.settings import Settings
@@ -25,10 +26,14 @@ LANDED_TIMEOUT_S = 5.0
 
 
 def decision_message(
-    decision: Decision, keys: DecisionKeys
+    decision: Decision | Resolution, keys: DecisionKeys
 ) -> tuple[bytes, list[tuple[str, bytes]]]:
-    """The value bytes and headers of a decision; signed when keys are configured."""
-    value = orjson.dumps(decision.model_dump(exclude_none=True))
+    """The value bytes and headers of a decision or resolution; signed when keys are
+    configured. A resolution keeps `result` even when it is null."""
+    body = decision.model_dump(exclude_none=True)
+    if isinstance(decision, Resolution) and decision.resolution == "ran":
+        body["result"] = decision.result
+    value = orjson.dumps(body)
     headers = list(keys.sign(value).items()) if keys.required else []
     return value, headers
 
@@ -54,7 +59,7 @@ class DecisionWriter:
             await self._producer.stop()
             self._producer = None
 
-    async def write(self, decision: Decision) -> None:
+    async def write(self, decision: Decision | Resolution) -> None:
         """Produce decision and wait for the broker's acknowledgement."""
         assert self._producer is not None, "start() first"
         value, headers = decision_message(decision, self.keys)
@@ -86,6 +91,14 @@ class Outcome:
     record: ApprovalRecord | None
 
 
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What became of a resolution: `record` once the view shows it applied, else None."""
+
+    resolution: Resolution
+    record: ApprovalRecord | None
+
+
 class Decider:
     """Checks the view, writes the decision, and waits briefly until the table shows it."""
 
@@ -93,6 +106,7 @@ class Decider:
         self.view = view
         self.writer = writer
         self._sent: dict[str, Decision] = {}
+        self._resolving: dict[str, Resolution] = {}
 
     def sent(self, approval_id: str) -> Decision | None:
         """The decision this process wrote for approval_id and the view does not show yet."""
@@ -164,3 +178,63 @@ class Decider:
                 approval_id=approval_id,
             )
         return Outcome(decision, record)
+
+    def check_unknown(self, approval_id: str, resolution: Literal["ran", "not_run"]) -> None:
+        """Raise unless a resolution may be written now: the view shows the record unknown,
+        no `not_run` was used on it yet, and none sent from here is still on its way."""
+        record = self.view.get(approval_id)
+        if record is None:
+            raise ApprovalNotFound("no such approval", approval_id=approval_id)
+        if record.state is not ApprovalState.UNKNOWN:
+            raise ApprovalConflict(
+                f"approval is {record.state}, not an unknown outcome", approval_id=approval_id
+            )
+        if resolution == "not_run" and record.resolution == "not_run":
+            raise ApprovalConflict(
+                "it was already run again once after an unknown outcome", approval_id=approval_id
+            )
+        sent = self._resolving.get(approval_id)
+        if sent is not None and record.resolved_at != sent.decided_at:
+            raise ApprovalConflict("a resolution was already sent", approval_id=approval_id)
+
+    async def resolve(
+        self,
+        approval_id: str,
+        *,
+        ran: bool,
+        reviewer: str,
+        result: Any = None,
+        reason: str | None = None,
+        wait_s: float = LANDED_TIMEOUT_S,
+    ) -> Resolved:
+        """Write a resolution for an unknown outcome and wait up to wait_s for the table to
+        show it. A second one racing from elsewhere is refused by the worker (dead letter)."""
+        kind: Literal["ran", "not_run"] = "ran" if ran else "not_run"
+        self.check_unknown(approval_id, kind)  # no await between the check and the mark below
+        try:
+            resolution = Resolution(
+                approval_id=approval_id,
+                resolution=kind,
+                reviewer=reviewer,
+                result=result,
+                reason=reason or None,
+                decided_at=utc_now(),
+            )
+        except ValidationError:
+            raise ToolUsageError("a reason is at most 4096 characters") from None
+        self._resolving[approval_id] = resolution
+        try:
+            await self.writer.write(resolution)
+        except BrokerError:
+            del self._resolving[approval_id]
+            raise
+        logs.event(logs.INFO, "resolution written", approval_id=approval_id, resolution=kind)
+
+        def landed(view: ApprovalsView) -> bool:
+            record = view.get(approval_id)
+            return record is not None and record.resolved_at == resolution.decided_at
+
+        if not await self.view.wait_for(landed, wait_s):
+            return Resolved(resolution, None)
+        self._resolving.pop(approval_id, None)
+        return Resolved(resolution, self.view.get(approval_id))

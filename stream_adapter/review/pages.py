@@ -167,6 +167,8 @@ def _outcome(record: ApprovalRecord) -> str:
         return "denied"
     if record.state in (ApprovalState.APPROVED, ApprovalState.RUNNING):
         return "approved, running"
+    if record.state is ApprovalState.UNKNOWN:
+        return "approved, outcome unknown"
     reply = record.reply or {}
     if reply.get("status") == "ok":
         return "approved, ran ok"

@@ -22,7 +22,13 @@ from stream_adapter.errors import BrokerError, ToolUsageError
 from stream_adapter.settings import Settings
 
 DECIDED_STATES = frozenset(
-    {ApprovalState.APPROVED, ApprovalState.DENIED, ApprovalState.RUNNING, ApprovalState.DONE}
+    {
+        ApprovalState.APPROVED,
+        ApprovalState.DENIED,
+        ApprovalState.RUNNING,
+        ApprovalState.DONE,
+        ApprovalState.UNKNOWN,
+    }
 )
 
 

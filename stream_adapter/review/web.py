@@ -85,6 +85,16 @@ class DecisionRequest(BaseModel):
     reason: str | None = Field(default=None, max_length=4096)
 
 
+class ResolutionRequest(BaseModel):
+    """The API's resolution body for an unknown outcome; the reviewer is never part of it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ran: bool
+    result: Any = None
+    reason: str | None = Field(default=None, max_length=4096)
+
+
 # -- helpers ----------------------------------------------------------------------------------
 
 
@@ -391,6 +401,33 @@ async def api_decide(request: web.Request) -> web.StreamResponse:
     return web.json_response({"status": "decided", "approval": record_json(outcome.record)})
 
 
+@auth("api")
+async def api_resolve(request: web.Request) -> web.StreamResponse:
+    """POST /api/approvals/{id}/resolution {"ran", "result"?, "reason"?}: an unknown outcome
+    resolved: 200 shown by the table, 202 sent, 409 when its outcome is not unknown."""
+    approval_id = request.match_info["approval_id"]
+    try:
+        body = ResolutionRequest.model_validate_json(await request.read())
+    except ValidationError:
+        raise ToolUsageError(
+            'the body is {"ran": bool, "result"?: any, "reason"?: str}; '
+            "the reviewer comes from the token"
+        ) from None
+    if body.result is not None and not body.ran:
+        raise ToolUsageError("a result goes with ran: true")
+    outcome = await _service(request).decider.resolve(
+        approval_id,
+        ran=body.ran,
+        reviewer=request[REVIEWER],
+        result=body.result,
+        reason=body.reason,
+    )
+    if outcome.record is None:
+        sent: dict[str, Any] = outcome.resolution.model_dump(exclude_none=True)
+        return web.json_response({"status": "sent", "resolution": sent}, status=202)
+    return web.json_response({"status": "resolved", "approval": record_json(outcome.record)})
+
+
 def build_app(service: ReviewService) -> web.Application:
     """The aiohttp application over service."""
     app = web.Application(middlewares=[security_headers, authenticate], client_max_size=64 * 1024)
@@ -404,4 +441,5 @@ def build_app(service: ReviewService) -> web.Application:
     app.router.add_get("/api/approvals", api_list)
     app.router.add_get("/api/approvals/{approval_id}", api_get)
     app.router.add_post("/api/approvals/{approval_id}/decision", api_decide)
+    app.router.add_post("/api/approvals/{approval_id}/resolution", api_resolve)
     return app

@@ -1,9 +1,11 @@
 """Approval-store logic over two backend primitives: insert-if-absent and compare-and-set.
 
-States only move forward (pending → approved → running → done, or pending → denied) and each
-is entered once, so "the record is still in state S" identifies the record exactly. A write
-guarded by the expected state is therefore enough to make every transition, the claim above
-all, atomic across processes, whatever the backend.
+States move forward (pending → approved → running → done, or pending → denied; running →
+unknown when a run left no outcome) and each is entered once, except that a person's "it did not
+run" takes an unknown record back to approved, once per approval. So "the record is still in
+state S" identifies the record, and a write guarded by the expected state is enough to make every
+transition, the claim above all, atomic across processes, whatever the backend: two callers never
+both win the same step.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from stream_adapter.approvals import (
     ApprovalRecord,
     ApprovalState,
     Decision,
+    Resolution,
     Step,
     apply_decision,
+    apply_resolution,
     begin_run,
     finish,
+    give_up,
     next_step,
     rerun,
 )
@@ -102,6 +107,27 @@ class CompareAndSetStore(ABC):
         if await self._swap(again, ApprovalState.RUNNING):
             return again, True
         return await self._require(approval_id), False
+
+    async def give_up(
+        self, approval_id: str, *, idempotent: bool, rerun_after_s: float
+    ) -> tuple[ApprovalRecord, bool]:
+        """running → unknown when its run is surely over and may not run again; True when
+        this caller moved it (others get the record)."""
+        record = await self._require(approval_id)
+        step = next_step(record, idempotent=idempotent, rerun_after_s=rerun_after_s)
+        if step is not Step.GIVE_UP:
+            return record, False
+        unknown = give_up(record)
+        if await self._swap(unknown, ApprovalState.RUNNING):
+            return unknown, True
+        return await self._require(approval_id), False
+
+    async def resolve(self, approval_id: str, resolution: Resolution) -> ApprovalRecord:
+        """unknown → done or approved by a person's resolution; ApprovalConflict otherwise."""
+        resolved = apply_resolution(await self._require(approval_id), resolution)
+        if not await self._swap(resolved, ApprovalState.UNKNOWN):
+            raise conflict(await self._require(approval_id))  # another resolution won the race
+        return resolved
 
     async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:
         """Records, optionally only those in state, oldest first."""

@@ -9,10 +9,13 @@ from stream_adapter.approvals import (
     ApprovalRecord,
     ApprovalState,
     Decision,
+    Resolution,
     Step,
     apply_decision,
+    apply_resolution,
     begin_run,
     finish,
+    give_up,
     next_step,
     rerun,
 )
@@ -78,6 +81,26 @@ class MemoryApprovalStore:
                 return record, False
             record = self._records[approval_id] = rerun(record)
             return record, True
+
+    async def give_up(
+        self, approval_id: str, *, idempotent: bool, rerun_after_s: float
+    ) -> tuple[ApprovalRecord, bool]:
+        """running → unknown when its run is surely over and may not run again."""
+        with self._lock:
+            record = self._get(approval_id)
+            step = next_step(record, idempotent=idempotent, rerun_after_s=rerun_after_s)
+            if step is not Step.GIVE_UP:
+                return record, False
+            record = self._records[approval_id] = give_up(record)
+            return record, True
+
+    async def resolve(self, approval_id: str, resolution: Resolution) -> ApprovalRecord:
+        """unknown → done or approved by a person's resolution; ApprovalConflict otherwise."""
+        with self._lock:
+            record = self._records[approval_id] = apply_resolution(
+                self._get(approval_id), resolution
+            )
+            return record
 
     async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:
         """Records, optionally only those in state, oldest first."""

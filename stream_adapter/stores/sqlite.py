@@ -14,10 +14,13 @@ from stream_adapter.approvals import (
     ApprovalRecord,
     ApprovalState,
     Decision,
+    Resolution,
     Step,
     apply_decision,
+    apply_resolution,
     begin_run,
     finish,
+    give_up,
     next_step,
     rerun,
 )
@@ -159,6 +162,33 @@ class SQLiteApprovalStore:
             again = rerun(record)
             self._update(db, again, ApprovalState.RUNNING)
             return again, True
+
+        return await self._run(op)
+
+    async def give_up(
+        self, approval_id: str, *, idempotent: bool, rerun_after_s: float
+    ) -> tuple[ApprovalRecord, bool]:
+        """running → unknown when its run is surely over and may not run again (one
+        transaction)."""
+
+        def op(db: sqlite3.Connection) -> tuple[ApprovalRecord, bool]:
+            record = self._require(db, approval_id)
+            step = next_step(record, idempotent=idempotent, rerun_after_s=rerun_after_s)
+            if step is not Step.GIVE_UP:
+                return record, False
+            unknown = give_up(record)
+            self._update(db, unknown, ApprovalState.RUNNING)
+            return unknown, True
+
+        return await self._run(op)
+
+    async def resolve(self, approval_id: str, resolution: Resolution) -> ApprovalRecord:
+        """unknown → done or approved by a person's resolution; ApprovalConflict otherwise."""
+
+        def op(db: sqlite3.Connection) -> ApprovalRecord:
+            resolved = apply_resolution(self._require(db, approval_id), resolution)
+            self._update(db, resolved, ApprovalState.UNKNOWN)
+            return resolved
 
         return await self._run(op)
 

@@ -130,7 +130,12 @@ def build_app(
     inputs = frozenset(
         (settings.calls_topic, settings.decisions_topic, approval_requests_topic(settings))
     )
-    metrics.watch(partial(app.lags, inputs), approvals_store.values, stuck=app.stuck_partitions)
+    metrics.watch(
+        partial(app.lags, inputs),
+        approvals_store.values,
+        stuck=app.stuck_partitions,
+        unknown_age_limit_s=settings.unknown_outcome_age_limit_s,
+    )
     server = MetricsServer(metrics, settings.web_host, settings.web_port, app.stuck_partitions)
     app.add_service(server.start, server.stop)
 

@@ -18,19 +18,31 @@ from stream_adapter import logs
 from stream_adapter.approvals import (
     ApprovalRecord,
     ApprovalState,
+    Decision,
+    Resolution,
     Step,
     apply_decision,
+    apply_resolution,
     begin_run,
     denial,
     finish,
+    give_up,
     new_record,
     next_step,
-    parse_decision,
+    parse_reviewer_message,
     rerun,
+    same_resolution,
     settled_reply,
+    this_process,
 )
 from stream_adapter.envelope import Envelope
-from stream_adapter.errors import AdapterError, ApprovalNotFound, ToolNotFound, ToolUsageError
+from stream_adapter.errors import (
+    AdapterError,
+    ApprovalConflict,
+    ApprovalNotFound,
+    ToolNotFound,
+    ToolUsageError,
+)
 from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import SignatureError
 from stream_adapter.stream.calls import PARK, RESUME
@@ -71,6 +83,9 @@ class ApprovalFlow:
         self.ctx = ctx
         self.table = table
         self.origin = origin
+        self.origin_host = f"{origin}@{this_process()}"
+        """Who starts runs here, kept on the record: the reviewer of an unknown outcome sees
+        which worker's run left none."""
         self._running: dict[str, asyncio.Event] = {}
         """Approvals whose tool runs in this worker now, set when the run is over: a record
         `running` for one of these has a live run, not a dead one. A redelivered message for
@@ -186,9 +201,28 @@ class ApprovalFlow:
             body = record.reply or _denied_reply(record)
             await self.ctx.outputs.reply(body, message_id=record.message_id, headers=trace)
         else:
+            if step is Step.GIVE_UP:
+                record = await self._give_up(record, partition)
             await self.ctx.outputs.reply(
                 settled_reply(record), message_id=record.message_id, headers=trace
             )
+
+    async def _give_up(self, record: ApprovalRecord, partition: int) -> ApprovalRecord:
+        """running → unknown for a run that died here and may not run again: a person
+        resolves it (`_resolution`)."""
+        unknown = give_up(record)
+        await self.table.put(unknown, partition)
+        logs.event(
+            logs.WARNING,
+            "approved call outcome unknown; a person resolves it",
+            tool=record.tool,
+            run_id=record.run_id,
+            call_id=record.call_id,
+            approval_id=record.approval_id,
+            runs=record.runs,
+            started_by=record.started_by,
+        )
+        return unknown
 
     async def _decision(self, delivery: Delivery, trace: Headers | None) -> None:
         try:
@@ -205,7 +239,7 @@ class ApprovalFlow:
             await self.ctx.outputs.dead_letter(delivery, error, attempts=1)
             return
         try:
-            decision = parse_decision(delivery.value)
+            message = parse_reviewer_message(delivery.value)
         except ToolUsageError as exc:
             logs.event(
                 logs.WARNING,
@@ -215,22 +249,34 @@ class ApprovalFlow:
             )
             await self.ctx.outputs.dead_letter(delivery, exc, attempts=1)
             return
-        record = self.table.get(decision.approval_id)
+        record = self.table.get(message.approval_id)
         if record is None:
             logs.event(
                 logs.WARNING,
                 "decision for an unknown approval",
-                approval_id=decision.approval_id[:64],
+                approval_id=message.approval_id[:64],
                 error_kind=ApprovalNotFound.kind,
             )
-            missing = ApprovalNotFound("no such approval", approval_id=decision.approval_id)
+            missing = ApprovalNotFound("no such approval", approval_id=message.approval_id)
             await self.ctx.outputs.dead_letter(delivery, missing, attempts=1)
             return
         record = await self._after_live_run(record)
+        if isinstance(message, Resolution):
+            await self._resolution(record, message, delivery, trace)
+        else:
+            await self._verdict(record, message, delivery, trace)
+
+    async def _verdict(
+        self, record: ApprovalRecord, decision: Decision, delivery: Delivery, trace: Headers | None
+    ) -> None:
+        """Apply an approve/deny decision; a later one answers from the record."""
         decided, changed = apply_decision(record, decision)
-        if not changed and next_step(record, idempotent=self._idempotent(record)) is Step.RERUN:
+        step = next_step(record, idempotent=self._idempotent(record))
+        if not changed and step is Step.RERUN:
             await self._run(record, delivery.partition, trace, again=True)
             return
+        if not changed and step is Step.GIVE_UP:
+            record = await self._give_up(record, delivery.partition)
         if not changed:
             self._log_late(record, decision.approved)
             await self.ctx.outputs.reply(
@@ -257,6 +303,49 @@ class ApprovalFlow:
             return
         await self._run(decided, delivery.partition, trace)
 
+    async def _resolution(
+        self,
+        record: ApprovalRecord,
+        resolution: Resolution,
+        delivery: Delivery,
+        trace: Headers | None,
+    ) -> None:
+        """A person's finding about an unknown outcome: `ran` answers the agent ok with the
+        given result; `not_run` runs the call once more, fresh. Anything else is refused to the
+        dead-letter topic, and the record stays as it is."""
+        if same_resolution(record, resolution):
+            # Redelivered after it was applied: answer from the record as a resume would.
+            await self._answer(record, delivery, delivery.partition, trace)
+            return
+        try:
+            resolved = apply_resolution(record, resolution)
+        except (ApprovalConflict, ToolUsageError) as exc:
+            logs.event(
+                logs.WARNING,
+                "resolution refused",
+                tool=record.tool,
+                approval_id=record.approval_id,
+                state=record.state,
+                error_kind=exc.kind,
+            )
+            await self.ctx.outputs.dead_letter(delivery, exc, attempts=1)
+            return
+        logs.event(
+            logs.INFO,
+            "unknown outcome resolved",
+            tool=record.tool,
+            run_id=record.run_id,
+            call_id=record.call_id,
+            approval_id=record.approval_id,
+            resolution=resolution.resolution,
+        )
+        if resolved.state is ApprovalState.APPROVED:
+            await self._run(resolved, delivery.partition, trace)
+            return
+        assert resolved.reply is not None
+        await self.table.put(resolved, delivery.partition)
+        await self.ctx.outputs.reply(resolved.reply, message_id=record.message_id, headers=trace)
+
     async def _after_live_run(self, record: ApprovalRecord) -> ApprovalRecord:
         """record, or, while this worker runs its call, the record once that run is over."""
         over = self._running.get(record.approval_id)
@@ -280,7 +369,9 @@ class ApprovalFlow:
         """Run an approved call: `running` (with its run count) is durable before the tool
         starts, so a non-idempotent call runs at most once and an idempotent one at most
         MAX_RUNS times."""
-        running = rerun(record) if again else begin_run(record)
+        running = (
+            rerun(record, by=self.origin_host) if again else begin_run(record, by=self.origin_host)
+        )
         over = self._running[record.approval_id] = asyncio.Event()  # before any await
         try:
             await self.table.put(running, partition, now=True)

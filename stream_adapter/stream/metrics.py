@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -140,11 +140,15 @@ class Metrics:
         *,
         stuck: Callable[[], Iterable[StuckPartition]] = tuple,
         pending_every_s: float = 10.0,
+        unknown_age_limit_s: float = 900.0,
     ) -> None:
         """At scrape time, read consumer lag from lags() ((topic, partition, lag) of each
-        assigned input partition), pending approvals from approvals() (record bytes) and the
-        partitions set aside from stuck()."""
-        self.registry.register(_ScrapeCollector(lags, approvals, stuck, pending_every_s))
+        assigned input partition), pending approvals and unknown outcomes from approvals()
+        (record bytes) and the partitions set aside from stuck(); unknown_age_limit_s is
+        exported for the alert rule."""
+        self.registry.register(
+            _ScrapeCollector(lags, approvals, stuck, pending_every_s, unknown_age_limit_s)
+        )
 
 
 def count_pending(values: Iterable[bytes]) -> int:
@@ -157,6 +161,25 @@ def count_pending(values: Iterable[bytes]) -> int:
         except (orjson.JSONDecodeError, AttributeError):
             continue
     return pending
+
+
+def unknown_outcomes(values: Iterable[bytes], now: datetime | None = None) -> tuple[int, float]:
+    """How many approval records (JSON bytes) are in state unknown, and the seconds since the
+    oldest of them became unknown (0 when there is none)."""
+    count, oldest = 0, None
+    for raw in values:
+        try:
+            record = orjson.loads(raw)
+            if record.get("state") != "unknown":
+                continue
+            count += 1
+            since = datetime.fromisoformat(str(record.get("unknown_at")).replace("Z", "+00:00"))
+        except (orjson.JSONDecodeError, AttributeError, ValueError):
+            continue
+        oldest = since if oldest is None or since < oldest else oldest
+    if oldest is None:
+        return count, 0.0
+    return count, max(0.0, ((now or datetime.now(UTC)) - oldest).total_seconds())
 
 
 class _LoopHistogram(Collector):
@@ -208,12 +231,15 @@ class _ScrapeCollector(Collector):
         approvals: Callable[[], Iterable[bytes]],
         stuck: Callable[[], Iterable[StuckPartition]],
         every_s: float,
+        unknown_age_limit_s: float = 900.0,
     ) -> None:
+        self._unknown_age_limit_s = unknown_age_limit_s
         self._lags = lags
         self._approvals = approvals
         self._stuck = stuck
         self._every_s = every_s
         self._pending: tuple[float, int] | None = None
+        self._unknown: tuple[float, tuple[int, float]] | None = None
 
     def describe(self) -> list[Metric]:
         return []  # collected live; nothing to check at registration
@@ -250,6 +276,26 @@ class _ScrapeCollector(Collector):
         for part in stuck:
             offsets.add_metric([part.topic, str(part.partition), part.error_kind], part.offset)
         yield offsets
+        unknown = GaugeMetricFamily(
+            "stream_adapter_unknown_outcomes",
+            "Approved calls whose run left no outcome, waiting for a person to resolve them "
+            "(state unknown on this worker's table partitions).",
+        )
+        oldest = GaugeMetricFamily(
+            "stream_adapter_oldest_unknown_outcome_age_seconds",
+            "Seconds since the oldest unresolved unknown outcome became unknown (0 when none).",
+        )
+        tally = self._safe(self._count_unknown)
+        if tally is not None:
+            unknown.add_metric([], tally[0])
+            oldest.add_metric([], tally[1])
+        yield unknown
+        yield oldest
+        yield GaugeMetricFamily(
+            "stream_adapter_unknown_outcome_age_limit_seconds",
+            "The unknown_outcome_age_limit_s setting: an older unknown outcome raises an alert.",
+            value=self._unknown_age_limit_s,
+        )
 
     @staticmethod
     def _safe(read: Callable[[], Any]) -> Any:
@@ -266,3 +312,12 @@ class _ScrapeCollector(Collector):
         count = count_pending(self._approvals())
         self._pending = (now, count)
         return count
+
+    def _count_unknown(self) -> tuple[int, float]:
+        now = time.monotonic()
+        if self._unknown is not None and now - self._unknown[0] < self._every_s:
+            count, age_s = self._unknown[1]
+            return count, (age_s + now - self._unknown[0]) if count else 0.0
+        tally = unknown_outcomes(self._approvals())
+        self._unknown = (now, tally)
+        return tally

@@ -70,7 +70,8 @@ def test_run_lifecycle_and_steps() -> None:
     with pytest.raises(ApprovalConflict):
         finish(approved, {})
     running = begin_run(approved)
-    assert next_step(running) is Step.DONE
+    assert next_step(running, rerun_after_s=3600) is Step.DONE  # maybe still running
+    assert next_step(running) is Step.GIVE_UP  # surely over: a person resolves it
     assert settled_reply(running)["outcome"] == "unknown"
     with pytest.raises(ApprovalConflict):
         begin_run(running)

@@ -220,3 +220,22 @@ async def test_progress_is_written_now_and_then_off_a_terminal(
                 break
             await asyncio.sleep(0.01)
     assert len(re.findall(r"^step \d+ after \d+\.\d\d s$", seen, re.MULTILINE)) >= 2, seen
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ((), "say --ran or --not-run"),
+        (("--ran", "--result", "{not json"), "not JSON"),
+        (("--not-run", "--result", "1"), "--result goes with --ran"),
+    ],
+)
+def test_approvals_resolve_checks_its_options_before_any_broker(
+    args: tuple[str, ...], says: str
+) -> None:
+    port = free_port()  # nothing listens there: usage errors come first
+    ran = run(
+        "--broker", f"127.0.0.1:{port}", "approvals", "resolve", "a1", "--reviewer", "r", *args
+    )
+    assert ran.code == ExitCode.USAGE, ran.err
+    assert says in ran.err

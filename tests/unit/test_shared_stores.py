@@ -30,6 +30,8 @@ from tests.unit.test_stores import (  # the protocol suite, run again with this 
     test_park_is_insert_if_absent,
     test_protocol_is_met,
     test_reclaim_reruns_a_running_record_up_to_max_runs,
+    test_resolve_not_run_approves_one_fresh_run,
+    test_resolve_ran_settles_an_unknown_outcome,
 )
 from topologies.demo import build_executor
 
@@ -41,6 +43,8 @@ __all__ = [
     "test_park_is_insert_if_absent",
     "test_protocol_is_met",
     "test_reclaim_reruns_a_running_record_up_to_max_runs",
+    "test_resolve_not_run_approves_one_fresh_run",
+    "test_resolve_ran_settles_an_unknown_outcome",
 ]
 
 ROOT = Path(__file__).parent.parent.parent

@@ -24,7 +24,13 @@ from stream_adapter import (
     handle_envelope,
     record_decision,
 )
-from stream_adapter.approvals import MAX_RUNS, ApprovalStore, Decision, new_record
+from stream_adapter.approvals import (
+    MAX_RUNS,
+    ApprovalStore,
+    Decision,
+    Resolution,
+    new_record,
+)
 from stream_adapter.envelope import parse_envelope
 
 HERE = Path(__file__).parent
@@ -107,6 +113,55 @@ async def test_reclaim_reruns_a_running_record_up_to_max_runs(store: ApprovalSto
     done = await store.finish(rec.approval_id, {"status": "ok"})
     assert done.state is ApprovalState.DONE and done.runs == MAX_RUNS
     assert (await store.reclaim(rec.approval_id))[1] is False
+
+
+async def _unknown(store: ApprovalStore) -> Any:
+    """A record whose (non-idempotent) run died: approved, claimed, then given up."""
+    rec = await store.park(a_record())
+    await store.decide(
+        rec.approval_id, Decision(approval_id=rec.approval_id, approved=True, reviewer="ann")
+    )
+    assert (await store.give_up(rec.approval_id, idempotent=False, rerun_after_s=0))[1] is False
+    await store.claim(rec.approval_id)
+    # A run that may still be going (younger than rerun_after_s) is not given up.
+    young, moved = await store.give_up(rec.approval_id, idempotent=False, rerun_after_s=3600)
+    assert not moved and young.state is ApprovalState.RUNNING
+    # An idempotent one with runs left is run again, not given up.
+    assert (await store.give_up(rec.approval_id, idempotent=True, rerun_after_s=0))[1] is False
+    unknown, moved = await store.give_up(rec.approval_id, idempotent=False, rerun_after_s=0)
+    assert moved and unknown.state is ApprovalState.UNKNOWN and unknown.unknown_at
+    assert (await store.give_up(rec.approval_id, idempotent=False, rerun_after_s=0))[1] is False
+    assert [r.approval_id for r in await store.list(ApprovalState.UNKNOWN)] == [rec.approval_id]
+    return unknown
+
+
+async def test_resolve_ran_settles_an_unknown_outcome(store: ApprovalStore) -> None:
+    rec = await _unknown(store)
+    ran = Resolution(approval_id=rec.approval_id, resolution="ran", reviewer="bob", result=[1])
+    done = await store.resolve(rec.approval_id, ran)
+    assert done.state is ApprovalState.DONE and done.resolution == "ran"
+    assert done.reply is not None and done.reply["status"] == "ok"
+    assert done.reply["result"] == [1] and done.reply["resolved_by"] == "bob"
+    assert await store.get(rec.approval_id) == done
+    with pytest.raises(ApprovalConflict):  # only an unknown outcome is resolved
+        await store.resolve(rec.approval_id, ran)
+    with pytest.raises(ApprovalNotFound):
+        await store.resolve("missing", ran)
+
+
+async def test_resolve_not_run_approves_one_fresh_run(store: ApprovalStore) -> None:
+    rec = await _unknown(store)
+    not_run = Resolution(approval_id=rec.approval_id, resolution="not_run", reviewer="bob")
+    approved = await store.resolve(rec.approval_id, not_run)
+    assert approved.state is ApprovalState.APPROVED and approved.resolved_by == "bob"
+    running, won = await store.claim(rec.approval_id)
+    assert won and running.runs == 2 and running.resolution == "not_run"
+    unknown, moved = await store.give_up(rec.approval_id, idempotent=False, rerun_after_s=0)
+    assert moved and unknown.state is ApprovalState.UNKNOWN
+    with pytest.raises(ApprovalConflict):  # "it did not run" starts it again once only
+        await store.resolve(rec.approval_id, not_run)
+    ran = Resolution(approval_id=rec.approval_id, resolution="ran", reviewer="bob")
+    assert (await store.resolve(rec.approval_id, ran)).state is ApprovalState.DONE
 
 
 async def test_list(store: ApprovalStore) -> None:
