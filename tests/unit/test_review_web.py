@@ -145,6 +145,41 @@ async def test_api_decision_refuses_a_reviewer_in_the_body_and_settled_records(
     assert missing.status == 404
 
 
+async def test_api_resolution_checks_its_body_and_the_record_state(
+    client: Http, token: str, service: ReviewService
+) -> None:
+    unknown = "appr_unknown"
+    service.view.records[unknown] = _record(unknown, ApprovalState.UNKNOWN, runs=1)
+    auth = {"Authorization": f"Bearer {token}"}
+    body = await (await client.get("/api/approvals?state=unknown", headers=auth)).json()
+    assert [r["approval_id"] for r in body["approvals"]] == [unknown]
+    path = f"/api/approvals/{unknown}/resolution"
+    for bad in (
+        {"ran": True, "reviewer": "mallory"},
+        {"ran": "yes"},
+        {},
+        {"ran": False, "result": 1},
+        {"ran": True, "reason": "x" * 5000},
+    ):
+        response = await client.post(path, json=bad, headers=auth)
+        assert response.status == 400, bad
+    for settled in (PENDING, DONE):  # only an unknown outcome is resolved
+        conflict = await client.post(
+            f"/api/approvals/{settled}/resolution", json={"ran": True}, headers=auth
+        )
+        assert conflict.status == 409, settled
+        assert (await conflict.json())["kind"] == "ApprovalConflict"
+    service.view.records[unknown] = _record(
+        unknown, ApprovalState.UNKNOWN, runs=2, resolution="not_run"
+    )
+    once = await client.post(path, json={"ran": False}, headers=auth)
+    assert once.status == 409  # "it did not run" was used once already
+    missing = await client.post(
+        "/api/approvals/appr_x/resolution", json={"ran": True}, headers=auth
+    )
+    assert missing.status == 404
+
+
 async def _login(client: Http, token: str) -> str:
     page = await client.get("/login")
     assert page.status == 401
