@@ -5,14 +5,20 @@ settles it ("it ran") or runs it once more ("it did not run"); the agent gets th
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
+
+import aiohttp
+import pytest
 
 from stream_adapter.approvals import ApprovalRecord, Resolution, utc_now
 from stream_adapter.review.decide import decision_message
+from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream import faults
 from tests.harness import Client, WorkerProcess, dead_letters, read_all, unique, wait_for
+from tests.integration.review_support import Api, ReviewProcess, add_reviewer, cli
 
 KEYS = "k1:unknown-outcome-secret"
 
@@ -137,3 +143,94 @@ async def test_an_unknown_outcome_is_resolved_both_ways_and_the_agent_gets_the_f
         return third.metrics().get(("stream_adapter_unknown_outcomes", ())) == 0
 
     await wait_for(none_unknown, timeout_s=30, what="the unknown outcomes gauge at 0")
+
+
+@pytest.fixture
+def review_settings(settings: Settings, tmp_path: Path) -> Settings:
+    return settings.with_changes(reviewers_file=tmp_path / "reviewers.json")
+
+
+@pytest.fixture
+def review(review_settings: Settings, tmp_path: Path) -> Iterator[ReviewProcess]:
+    env = {"STREAM_ADAPTER_DECISION_KEYS": KEYS}
+    process = ReviewProcess(review_settings, tmp_path / "review", env).start()
+    yield process
+    process.kill()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def test_operators_find_and_resolve_unknown_outcomes_with_the_cli_and_the_api(
+    worker_factory: Callable[..., WorkerProcess],
+    client: Client,
+    review_settings: Settings,
+    review: ReviewProcess,
+    http: aiohttp.ClientSession,
+) -> None:
+    ran_id, ran_run, _ = await _approve_and_die(worker_factory, client, "first", "a")
+    not_run_id, not_run_run, not_run_call = await _approve_and_die(
+        worker_factory, client, "second", "b"
+    )
+    third = worker_factory(name="third", STREAM_ADAPTER_DECISION_KEYS=KEYS)
+    await third.ready()
+    await client.reply_for(run_id=not_run_run, status="already_done", timeout_s=60)
+    signed = {"STREAM_ADAPTER_DECISION_KEYS": KEYS}
+
+    async def listed_unknown() -> bool:
+        done = cli(review_settings, "approvals", "list", "--state", "unknown", "--json")
+        assert done.returncode == 0, done.stderr
+        ids = {json.loads(line)["approval_id"] for line in done.stdout.splitlines()}
+        return ids == {ran_id, not_run_id}
+
+    await wait_for(listed_unknown, timeout_s=30, what="both approvals listed unknown")
+
+    token = add_reviewer(review_settings, "ann")
+    await review.ready()
+    api = Api(http, review.url, token)
+    await api.wait_listed(ran_id)
+    status, body = await api.request("GET", "/api/approvals?state=unknown")
+    assert status == 200
+    assert {r["approval_id"] for r in body["approvals"]} == {ran_id, not_run_id}
+    path = f"/api/approvals/{ran_id}/resolution"
+    status, body = await api.request("POST", path, json={"ran": True, "reviewer": "mallory"})
+    assert status == 400 and body["kind"] == "ToolUsageError"
+    status, body = await api.request("POST", path, json={"ran": True, "result": {"ref": "x1"}})
+    assert status == 200, body
+    assert body["status"] == "resolved" and body["approval"]["resolved_by"] == "ann"
+    ok = await client.reply_for(run_id=ran_run, status="ok", timeout_s=60)
+    assert ok["result"] == {"ref": "x1"} and ok["resolved_by"] == "ann"
+    status, body = await api.request("POST", path, json={"ran": False})
+    assert status == 409 and body["kind"] == "ApprovalConflict"
+
+    resolved = cli(
+        review_settings,
+        "approvals",
+        "resolve",
+        not_run_id,
+        "--not-run",
+        "--reviewer",
+        "bob",
+        env=signed,
+    )
+    assert resolved.returncode == 0, resolved.stderr
+    assert f"{not_run_id}: it did not run, by bob" in resolved.stdout
+    fresh = await client.reply_for(run_id=not_run_run, status="ok", timeout_s=60)
+    assert fresh["result"] == {"wired": "b", "amount_cents": 5}
+    assert [line["call_id"] for line in _ledger(third)] == [not_run_call]
+    again = cli(
+        review_settings,
+        "approvals",
+        "resolve",
+        not_run_id,
+        "--not-run",
+        "--reviewer",
+        "bob",
+        env=signed,
+    )
+    assert again.returncode == 5, again.stderr
+    assert "ApprovalConflict" in again.stderr
+    assert [line["call_id"] for line in _ledger(third)] == [not_run_call]
