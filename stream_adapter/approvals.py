@@ -55,8 +55,8 @@ MAX_DECISION_BYTES = 64 * 1024
 
 MAX_RUNS = 3
 """How many times an approved call of an idempotent tool may be started in all. A call whose
-runs keep dying with the worker stops being retried and answers `outcome: unknown`, so it
-cannot hold a worker in a crash loop."""
+runs keep dying with the worker stops being retried and becomes `unknown` for a person to
+resolve, so it cannot hold a worker in a crash loop."""
 
 
 class ApprovalState(StrEnum):
