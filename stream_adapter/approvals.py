@@ -89,6 +89,8 @@ class ApprovalRecord(BaseModel):
     call_id: str
     source: str = ""
     message_id: str = ""
+    agent_key: str | None = None
+    """The Kafka key the call arrived with (undecodable bytes backslash-escaped), if any."""
     origin: str
     state: ApprovalState = ApprovalState.PENDING
     requested_at: str
@@ -189,7 +191,12 @@ def parse_reviewer_message(value: bytes | str | Mapping[str, Any]) -> Decision |
 
 
 def new_record(
-    envelope: Envelope, tool: str, *, origin: str, now: str | None = None
+    envelope: Envelope,
+    tool: str,
+    *,
+    origin: str,
+    now: str | None = None,
+    agent_key: bytes | None = None,
 ) -> ApprovalRecord:
     """The pending record for a confirm call; its id is derived from the call's ids."""
     return ApprovalRecord(
@@ -200,6 +207,7 @@ def new_record(
         call_id=envelope.call_id,
         source=envelope.source,
         message_id=envelope.message_id,
+        agent_key=None if agent_key is None else agent_key.decode("utf-8", "backslashreplace"),
         origin=origin,
         requested_at=now or utc_now(),
     )

@@ -12,7 +12,9 @@ import os
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from stream_adapter import ApprovalStore, Executor, MemoryApprovalStore, ToolRegistry
 from stream_adapter.settings import Settings
@@ -97,9 +99,15 @@ def _append_to_ledger(tool: str, fields: dict[str, Any], *, once: bool) -> bool:
 
 
 @registry.tool(confirm=True, idempotent=True)
-def send_invoice(customer: str, amount_cents: int) -> dict[str, Any]:
-    """Needs a reviewer. Idempotent by call_id: the ledger gets one line per call, however
-    often a crash makes it run, so a run that died with its worker is simply run again."""
+def send_invoice(
+    customer: Annotated[str, Field(description="Who is billed, as named on the invoice.")],
+    amount_cents: Annotated[int, Field(description="The amount billed.")],
+) -> dict[str, Any]:
+    """Send an invoice to a customer (a reviewer approves each one first).
+
+    Idempotent by call_id: the ledger gets one line per call, however often a crash makes it
+    run, so a run that died with its worker is simply run again.
+    """
     _append_to_ledger(
         "send_invoice", {"customer": customer, "amount_cents": amount_cents}, once=True
     )
@@ -107,10 +115,16 @@ def send_invoice(customer: str, amount_cents: int) -> dict[str, Any]:
 
 
 @registry.tool(confirm=True)
-def wire_funds(account: str, amount_cents: int) -> dict[str, Any]:
-    """Needs a reviewer; not idempotent: one ledger line per run, so a second run would show.
-    A run that died with its worker is never repeated automatically: its outcome is unknown
-    until a person resolves it (`stream-adapter approvals resolve`)."""
+def wire_funds(
+    account: Annotated[str, Field(description="The account credited.")],
+    amount_cents: Annotated[int, Field(description="The amount wired.")],
+) -> dict[str, Any]:
+    """Wire money to an account (a reviewer approves each transfer first).
+
+    Not idempotent: one ledger line per run, so a second run would show. A run that died with
+    its worker is never repeated automatically: its outcome is unknown until a person resolves
+    it (`stream-adapter approvals resolve`).
+    """
     _append_to_ledger("wire_funds", {"account": account, "amount_cents": amount_cents}, once=False)
     return {"wired": account, "amount_cents": amount_cents}
 
