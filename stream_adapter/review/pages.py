@@ -1,80 +1,47 @@
-"""Server-rendered HTML: the login form, the approvals page and its live fragment.
+"""Server-rendered HTML (Jinja2, autoescaped): the login form, the approvals board, one approval.
 
-Plain forms work without JavaScript; a few lines of inline script long-poll `/live` and swap the
-live fragment in, keeping a half-typed reason and the focus. Everything dynamic is escaped.
+Plain forms work without JavaScript; a small script long-polls `/live` and swaps the live part
+in, keeping a half-typed reason and the focus. Style and script are inlined under the response's
+CSP nonce. What a template shows is prepared here as plain data.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from html import escape
-from urllib.parse import quote
+from importlib import resources
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
 from stream_adapter.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.review.catalog import Catalog, ToolInfo, unit_of
+from stream_adapter.review.listing import Page, identical_calls
+from stream_adapter.review.view import Seen
 
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:0;color:#1b1b1b;background:#f6f6f4;line-height:1.45}
-header,main{max-width:62rem;margin:0 auto;padding:1rem}
-header{display:flex;justify-content:space-between;align-items:center;gap:1rem}
-h1{font-size:1.5rem;margin:0}h2{font-size:1.2rem;margin-top:2rem}
-h3{font-size:1.05rem;margin:0 0 .5rem}
-article{background:#fff;border:1px solid #ccc;border-radius:6px;padding:1rem;margin:.75rem 0}
-pre{background:#f0f0ee;padding:.75rem;overflow:auto;border-radius:4px}
-dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;margin:0 0 .5rem}
-dt{font-weight:600}dd{margin:0;font-family:ui-monospace,monospace;word-break:break-all}
-form.decide{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end}
-label{display:block;font-weight:600}input[type=text],input[type=password]{padding:.4rem;min-width:18rem}
-button{padding:.45rem 1rem;border-radius:4px;border:1px solid #555;cursor:pointer;font-size:1rem}
-button.approve{background:#1d6b2f;color:#fff}button.deny{background:#9b1c1c;color:#fff}
-button:focus-visible,input:focus-visible{outline:3px solid #1a5fb4;outline-offset:2px}
-table{border-collapse:collapse;width:100%;background:#fff}
-th,td{border:1px solid #ccc;padding:.35rem .5rem;text-align:left}
-.notice{background:#e4f2e7;border:1px solid #1d6b2f;padding:.6rem;border-radius:4px}
-.alert{background:#fbe9e9;border:1px solid #9b1c1c;padding:.6rem;border-radius:4px}
-.muted{color:#555}.vh{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0)}
-"""
+__all__ = [
+    "NOTICES",
+    "approval_page",
+    "approval_path",
+    "board_fragment",
+    "decision_path",
+    "detail_fragment",
+    "dom_id",
+    "login_page",
+    "main_page",
+    "missing_page",
+]
 
-_SCRIPT = """
-(() => {
-  const live = document.getElementById("live"), status = document.getElementById("live-status");
-  let version = Number(live.dataset.version);
-  const pause = (ms) => new Promise((r) => setTimeout(r, ms));
-  function ages() {
-    for (const t of live.querySelectorAll("time[data-age]")) {
-      const s = Math.max(0, Math.round((Date.now() - Date.parse(t.dateTime)) / 1000));
-      t.textContent = s < 60 ? s + " s ago" : s < 3600 ? Math.floor(s / 60) + " min ago"
-        : Math.floor(s / 3600) + " h ago";
-    }
-  }
-  function swap(html) {
-    const kept = {}, focused = document.activeElement && document.activeElement.id;
-    for (const i of live.querySelectorAll("input[name=reason]")) kept[i.id] = i.value;
-    live.innerHTML = html;
-    for (const [id, v] of Object.entries(kept)) {
-      const i = document.getElementById(id); if (i) i.value = v;
-    }
-    if (focused) { const f = document.getElementById(focused); if (f) f.focus(); }
-    const summary = live.querySelector("[data-summary]");
-    if (summary) status.textContent = summary.dataset.summary;
-    ages();
-  }
-  async function poll() {
-    for (;;) {
-      try {
-        const r = await fetch("/live?since=" + version, {credentials: "same-origin"});
-        if (r.status === 401) { location.reload(); return; }
-        if (!r.ok) { await pause(2000); continue; }
-        const v = Number(r.headers.get("X-View-Version"));
-        if (v !== version) { swap(await r.text()); version = v; }
-      } catch (e) { await pause(2000); }
-    }
-  }
-  setInterval(ages, 10000); ages(); poll();
-})();
-"""
+NOTICES = {
+    "approved": "Approved: the call runs now.",
+    "denied": "Denied: the caller gets an ApprovalDenied reply.",
+    "sent": "Decision sent; the worker has not shown it yet.",
+}
 
 
 def dom_id(approval_id: str) -> str:
@@ -82,141 +49,361 @@ def dom_id(approval_id: str) -> str:
     return "a-" + hashlib.blake2b(approval_id.encode(), digest_size=6).hexdigest()
 
 
+def approval_path(approval_id: str) -> str:
+    """The approval's own page: a stable link to share."""
+    return f"/approvals/{quote(approval_id, safe='')}"
+
+
 def decision_path(approval_id: str) -> str:
-    return f"/approvals/{quote(approval_id, safe='')}/decision"
+    return approval_path(approval_id) + "/decision"
 
 
-def _age(timestamp: str, now: datetime) -> str:
+# -- time -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """A timestamp as the pages show it: absolute UTC, and how long ago."""
+
+    iso: str
+    absolute: str
+    relative: str
+
+
+def _parse(stamp: str) -> datetime | None:
     try:
-        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     except ValueError:
-        return ""
-    seconds = max(0, int((now - then).total_seconds()))
-    if seconds < 60:
-        return f"{seconds} s ago"
-    if seconds < 3600:
-        return f"{seconds // 60} min ago"
-    return f"{seconds // 3600} h ago"
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _time(timestamp: str | None, now: datetime, *, age: bool = False) -> str:
-    if not timestamp:
-        return ""
-    text = _age(timestamp, now) if age else timestamp
-    data = " data-age" if age else ""
-    stamp = escape(timestamp)
-    return f'<time datetime="{stamp}"{data} title="{stamp}">{escape(text)}</time>'
+def ago(seconds: float) -> str:
+    """`42 s ago`, `5 min ago`, `3 h ago`, `2 d ago` (the script uses the same steps)."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s ago"
+    if s < 3600:
+        return f"{s // 60} min ago"
+    if s < 86400:
+        return f"{s // 3600} h ago"
+    return f"{s // 86400} d ago"
 
 
-def layout(title: str, body: str, nonce: str, *, script: bool = False) -> str:
-    """A whole document; inline style and script carry the response's CSP nonce."""
-    js = f'<script nonce="{escape(nonce)}">{_SCRIPT}</script>' if script else ""
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f'<title>{escape(title)}</title><style nonce="{escape(nonce)}">{_CSS}</style></head>'
-        f"<body>{body}{js}</body></html>"
+def moment(stamp: str | None, now: datetime | None = None) -> Moment | None:
+    """The one time format of every page; None for a missing or unreadable stamp."""
+    when = _parse(stamp) if stamp else None
+    if when is None:
+        return None
+    utc = when.astimezone(UTC)
+    iso = utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    seconds = ((now or datetime.now(UTC)) - utc).total_seconds()
+    return Moment(iso, utc.strftime("%Y-%m-%d %H:%M:%S UTC"), ago(seconds))
+
+
+# -- arguments against the schema -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentRow:
+    """One argument as the reviewer reads it."""
+
+    name: str
+    value: str
+    type: str
+    unit: str | None = None
+    hint: str | None = None
+    description: str | None = None
+    required: bool = False
+    note: str | None = None
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    return "object"
+
+
+def _hint(value: Any, unit: str | None) -> str | None:
+    """A reading aid beside a value in a unit: `= 12.50` for cents, `= 2 min 5 s` for seconds."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or unit is None:
+        return None
+    if unit == "cents":
+        return f"= {value / 100:,.2f}"
+    seconds = {"seconds": 1.0, "milliseconds": 1e-3, "minutes": 60.0, "hours": 3600.0}.get(unit)
+    if seconds is not None:
+        total = value * seconds
+        if unit == "milliseconds" and total >= 1:
+            return f"= {total:g} s"
+        if total >= 60:
+            minutes, rest = divmod(round(total), 60)
+            hours, minutes = divmod(minutes, 60)
+            parts = [f"{hours} h"] if hours else []
+            parts += [f"{minutes} min"] if minutes else []
+            parts += [f"{rest} s"] if rest else []
+            return "= " + " ".join(parts)
+    if unit == "bytes" and value >= 1024:
+        size = float(value)
+        for step in ("KiB", "MiB", "GiB", "TiB"):
+            size /= 1024
+            if size < 1024 or step == "TiB":
+                return f"= {size:.1f} {step}"
+    return None
+
+
+def argument_rows(record: ApprovalRecord, tool: ToolInfo | None) -> list[ArgumentRow]:
+    """Each argument of the call beside its schema: declared ones first, in order."""
+    given = dict(record.arguments)
+    rows: list[ArgumentRow] = []
+    for arg in tool.arguments if tool else ():
+        if arg.name in given:
+            value = given.pop(arg.name)
+            shown, note = _json(value), None
+        elif arg.has_default:
+            value, shown, note = arg.default, _json(arg.default), "not given: the default"
+        else:
+            value, shown, note = None, "", "missing"
+        rows.append(
+            ArgumentRow(
+                name=arg.name,
+                value=shown,
+                type=arg.type,
+                unit=arg.unit,
+                hint=_hint(value, arg.unit),
+                description=arg.description,
+                required=arg.required,
+                note=note,
+            )
+        )
+    for name, value in given.items():
+        unit = unit_of(name)
+        note = None
+        if tool is not None and not tool.any_keys:
+            note = "not in the tool's schema"
+        rows.append(
+            ArgumentRow(name, _json(value), _json_type(value), unit, _hint(value, unit), note=note)
+        )
+    return rows
+
+
+# -- what an approval shows -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """An approval with everything its card or page shows."""
+
+    record: ApprovalRecord
+    tool: ToolInfo | None
+    catalog_error: str | None
+    rows: list[ArgumentRow]
+    twins: list[str]
+    sent: bool
+
+    @property
+    def dom_id(self) -> str:
+        return dom_id(self.record.approval_id)
+
+
+def item_of(
+    record: ApprovalRecord, catalog: Catalog, twins: list[str] | None = None, sent: bool = False
+) -> Item:
+    tool = catalog.get(record.tool)
+    rows = argument_rows(record, tool)
+    return Item(record, tool, catalog.error, rows, twins or [], sent)
+
+
+def outcome(record: ApprovalRecord) -> str:
+    """What became of a decided approval, in a few words."""
+    if record.state is ApprovalState.DENIED:
+        return "denied"
+    if record.state is ApprovalState.APPROVED:
+        return "approved, not run yet"
+    if record.state is ApprovalState.RUNNING:
+        return "approved, running"
+    if record.state is ApprovalState.UNKNOWN:
+        return "approved, outcome unknown"
+    if record.state is ApprovalState.DONE:
+        reply = record.reply or {}
+        if reply.get("status") == "ok":
+            return "approved, ran ok"
+        kind = (reply.get("error") or {}).get("kind", "error")
+        return f"approved, failed ({kind})"
+    return str(record.state)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One step of an approval's history."""
+
+    kind: str
+    title: str
+    tone: str = ""
+    at: str | None = None
+    untimed: str | None = None
+    facts: list[tuple[str, str, bool]] = field(default_factory=list)
+    body: str | None = None
+
+
+def _seen_at(seen: Sequence[Seen], state: ApprovalState) -> str | None:
+    return next((s.at for s in seen if s.state is state), None)
+
+
+def history(record: ApprovalRecord, seen: Sequence[Seen]) -> list[Event]:
+    """Parked (by which run and agent key), decided (by whom, when, why), ran, and the outcome.
+
+    The record carries when it was parked and decided; when it started and finished running
+    comes from the approvals topic, as long as compaction has kept those versions.
+    """
+    parked = [("Run", record.run_id, True), ("Call", record.call_id, True)]
+    if record.agent_key is not None:
+        parked.append(("Agent key", record.agent_key, True))
+    if record.message_id:
+        parked.append(("Delivered as", record.message_id, True))
+    parked.append(("Parked by", record.origin, True))
+    events = [Event("parked", "Parked for review", "wait", record.requested_at, facts=parked)]
+    state = record.state
+    if state is ApprovalState.PENDING:
+        events.append(Event("waiting", "Waiting for a decision", "wait"))
+        return events
+    verdict = "Denied" if state is ApprovalState.DENIED else "Approved"
+    events.append(
+        Event(
+            "decided",
+            f"{verdict} by {record.reviewer or 'an unknown reviewer'}",
+            "bad" if state is ApprovalState.DENIED else "ok",
+            record.decided_at,
+            facts=[("Reason", record.reason or "none given", False)],
+        )
     )
+    if state is ApprovalState.DENIED:
+        events.append(Event("replied", "The caller got an ApprovalDenied error reply", "bad"))
+        return events
+    if state is ApprovalState.APPROVED:
+        events.append(Event("queued", "Approved; the call has not started yet", "wait"))
+        return events
+    if state not in (ApprovalState.RUNNING, ApprovalState.DONE):
+        events.append(Event(str(state), f"Now {state}"))
+        return events
+    started = _seen_at(seen, ApprovalState.RUNNING)
+    untimed = None if started else "start time no longer on the topic"
+    events.append(Event("ran", "Ran the call once", "ok", started, untimed))
+    if state is ApprovalState.RUNNING:
+        events.append(Event("running", "Running; no reply yet", "wait"))
+        return events
+    finished = _seen_at(seen, ApprovalState.DONE)
+    untimed = None if finished else "end time no longer on the topic"
+    reply = record.reply or {}
+    if reply.get("status") == "ok":
+        body = json.dumps(reply.get("result"), indent=2, ensure_ascii=False, sort_keys=True)
+        events.append(Event("outcome", "Finished: ok", "ok", finished, untimed, body=body))
+    else:
+        error = reply.get("error") or {}
+        facts = [
+            (label, str(error[key]), False)
+            for label, key in (("Kind", "kind"), ("Status", "status"), ("Detail", "detail"))
+            if key in error
+        ]
+        title = f"Failed: {error.get('kind', 'error')}"
+        events.append(Event("outcome", title, "bad", finished, untimed, facts=facts))
+    return events
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def _static(name: str) -> Markup:
+    """A file shipped beside the templates, inlined as is (it is ours, not user input)."""
+    text = resources.files("stream_adapter.review").joinpath("static", name).read_text("utf-8")
+    return Markup(text)
+
+
+ENV = Environment(
+    loader=PackageLoader("stream_adapter.review", "templates"),
+    autoescape=select_autoescape(["html"], default_for_string=True, default=True),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+ENV.globals.update(
+    approval_path=approval_path,
+    decision_path=decision_path,
+    moment=moment,
+    outcome=outcome,
+)
+_CSS = _static("review.css")
+_JS = _static("review.js")
+
+
+def _render(template: str, **context: Any) -> str:
+    return ENV.get_template(template).render(css=_CSS, js=_JS, **context)
 
 
 def login_page(csrf: str, nonce: str, *, error: str | None = None) -> str:
     """The login form (the body of every 401 a browser gets)."""
-    alert = f'<p class="alert" role="alert">{escape(error)}</p>' if error else ""
-    body = f"""<header><h1>Approvals review: sign in</h1></header>
-<main>{alert}
-<form method="post" action="/login">
-  <input type="hidden" name="csrf" value="{escape(csrf)}">
-  <p><label for="token">Reviewer token</label>
-  <input id="token" name="token" type="password" autocomplete="off" required
-    aria-describedby="token-help"></p>
-  <p id="token-help" class="muted">The token printed by
-    <code>stream-adapter reviewers add</code>.</p>
-  <p><button type="submit">Sign in</button></p>
-</form></main>"""
-    return layout("Sign in: approvals review", body, nonce)
+    return _render(
+        "login.html",
+        title="Sign in: approvals review",
+        nonce=nonce,
+        script=False,
+        csrf=csrf,
+        error=error,
+    )
 
 
-def _pending_item(record: ApprovalRecord, csrf: str, now: datetime, sent: bool) -> str:
-    did = dom_id(record.approval_id)
-    arguments = json.dumps(record.arguments, indent=2, sort_keys=True, ensure_ascii=False)
-    if sent:
-        action = '<p class="notice" role="status">Decision sent; waiting for the worker.</p>'
-    else:
-        path = escape(decision_path(record.approval_id))
-        action = f"""<form class="decide" method="post" action="{path}">
-  <input type="hidden" name="csrf" value="{escape(csrf)}">
-  <div><label for="reason-{did}">Reason (optional)</label>
-  <input id="reason-{did}" name="reason" type="text" maxlength="4096"></div>
-  <button class="approve" type="submit" name="decision" value="approve" id="approve-{did}"
-    aria-describedby="title-{did}">Approve</button>
-  <button class="deny" type="submit" name="decision" value="deny" id="deny-{did}"
-    aria-describedby="title-{did}">Deny</button>
-</form>"""
-    aid = escape(record.approval_id)
-    return f"""<article id="{did}" data-approval-id="{aid}" aria-labelledby="title-{did}">
-<h3 id="title-{did}">{escape(record.tool)} <span class="muted">({aid})</span></h3>
-<dl><dt>Run</dt><dd>{escape(record.run_id)}</dd><dt>Call</dt><dd>{escape(record.call_id)}</dd>
-<dt>Requested</dt><dd>{_time(record.requested_at, now, age=True)}</dd></dl>
-<p class="vh" id="args-{did}">Arguments</p>
-<pre aria-labelledby="args-{did}"><code>{escape(arguments)}</code></pre>
-{action}</article>"""
-
-
-def _outcome(record: ApprovalRecord) -> str:
-    if record.state is ApprovalState.DENIED:
-        return "denied"
-    if record.state in (ApprovalState.APPROVED, ApprovalState.RUNNING):
-        return "approved, running"
-    if record.state is ApprovalState.UNKNOWN:
-        return "approved, outcome unknown"
-    reply = record.reply or {}
-    if reply.get("status") == "ok":
-        return "approved, ran ok"
-    kind = (reply.get("error") or {}).get("kind", "error")
-    return f"approved, failed ({kind})"
-
-
-def live_fragment(
-    pending: list[ApprovalRecord],
-    recent: list[ApprovalRecord],
+def board_fragment(
+    page: Page,
+    pending: Sequence[ApprovalRecord],
+    recent: Sequence[ApprovalRecord],
+    catalog: Catalog,
     *,
     csrf: str,
     sent: Collection[str] = (),
-    now: datetime | None = None,
+    back: str = "/",
 ) -> str:
-    """The part of the page that live updates replace: pending approvals and recent decisions."""
-    now = now or datetime.now(UTC)
-    count = len(pending)
+    """The live part of the board: one page of pending approvals and the recent decisions.
+
+    `pending` is every pending approval (identical calls are found across all of them).
+    """
+    twins = identical_calls(pending)
+    items = [
+        item_of(r, catalog, twins.get(r.approval_id), r.approval_id in sent) for r in page.items
+    ]
+    count = page.total
     summary = f"{count} pending approval{'' if count == 1 else 's'}"
-    items = "".join(_pending_item(r, csrf, now, r.approval_id in sent) for r in pending)
-    if not items:
-        items = '<p class="muted">Nothing is waiting for a decision.</p>'
-    rows = "".join(
-        f'<tr><td>{escape(r.tool)} <span class="muted">{escape(r.approval_id)}</span></td>'
-        f"<td>{escape(r.reviewer or '')}</td><td>{escape(_outcome(r))}</td>"
-        f"<td>{_time(r.decided_at, now)}</td></tr>"
-        for r in recent
-    )
-    table = (
-        '<table><caption class="vh">Recent decisions</caption><thead><tr><th scope="col">'
-        'Approval</th><th scope="col">Reviewer</th><th scope="col">Outcome</th>'
-        f'<th scope="col">Decided</th></tr></thead><tbody>{rows}</tbody></table>'
-        if rows
-        else '<p class="muted">No decisions yet.</p>'
-    )
-    return (
-        f'<section aria-labelledby="pending-h" data-summary="{escape(summary)}">'
-        f'<h2 id="pending-h">Pending approvals ({count})</h2>{items}</section>'
-        '<section aria-labelledby="recent-h"><h2 id="recent-h">Recent decisions</h2>'
-        f"{table}</section>"
-    )
+    if page.query:
+        summary += f", {page.matched} matching"
 
+    def page_url(number: int) -> str:
+        params = {"q": page.query} if page.query else {}
+        if number > 1:
+            params["page"] = str(number)
+        return "/" + (f"?{urlencode(params)}" if params else "")
 
-NOTICES = {
-    "approved": "Approved: the call runs now.",
-    "denied": "Denied: the caller gets an ApprovalDenied reply.",
-    "sent": "Decision sent; the worker has not shown it yet.",
-}
+    return _render(
+        "board.html",
+        page=page,
+        items=items,
+        recent=list(recent),
+        summary=summary,
+        csrf=csrf,
+        back=back,
+        page_url=page_url,
+    )
 
 
 def main_page(
@@ -226,20 +413,89 @@ def main_page(
     fragment: str,
     version: int,
     *,
+    query: str = "",
+    live_url: str = "/live",
     notice: str | None = None,
     alert: str | None = None,
 ) -> str:
-    """The approvals page for a signed-in reviewer."""
-    banner = ""
-    if alert:
-        banner = f'<p class="alert" role="alert" id="message">{escape(alert)}</p>'
-    elif notice:
-        banner = f'<p class="notice" role="status" id="message">{escape(notice)}</p>'
-    body = f"""<header><h1>Approvals review</h1>
-<form method="post" action="/logout"><input type="hidden" name="csrf" value="{escape(csrf)}">
-<span class="muted">Signed in as <strong>{escape(reviewer)}</strong></span>
-<button type="submit">Sign out</button></form></header>
-<main>{banner}
-<p id="live-status" role="status" aria-live="polite" class="muted"></p>
-<div id="live" data-version="{version}">{fragment}</div></main>"""
-    return layout("Approvals review", body, nonce, script=True)
+    """The approvals board for a signed-in reviewer."""
+    return _render(
+        "index.html",
+        title="Approvals review",
+        nonce=nonce,
+        script=True,
+        reviewer=reviewer,
+        csrf=csrf,
+        fragment=Markup(fragment),  # rendered (and escaped) by board_fragment
+        version=version,
+        query=query,
+        live_url=live_url,
+        notice=notice,
+        alert=alert,
+    )
+
+
+def detail_fragment(
+    record: ApprovalRecord,
+    seen: Sequence[Seen],
+    pending: Sequence[ApprovalRecord],
+    catalog: Catalog,
+    *,
+    csrf: str,
+    sent: bool = False,
+) -> str:
+    """The live part of an approval's page: the call, its decision form, its history."""
+    twins = identical_calls(pending).get(record.approval_id) if record.state == "pending" else []
+    raw = json.dumps(
+        record.model_dump(mode="json", exclude_none=True), indent=2, ensure_ascii=False
+    )
+    return _render(
+        "detail.html",
+        item=item_of(record, catalog, twins, sent),
+        events=history(record, seen),
+        raw=raw,
+        csrf=csrf,
+        back=approval_path(record.approval_id),
+    )
+
+
+def approval_page(
+    reviewer: str,
+    csrf: str,
+    nonce: str,
+    fragment: str,
+    version: int,
+    *,
+    approval_id: str,
+    share_url: str,
+    notice: str | None = None,
+    alert: str | None = None,
+) -> str:
+    """One approval's own page, under a link that stays the same for its whole life."""
+    return _render(
+        "approval.html",
+        title=f"Approval {approval_id}",
+        nonce=nonce,
+        script=True,
+        reviewer=reviewer,
+        csrf=csrf,
+        fragment=Markup(fragment),  # rendered (and escaped) by detail_fragment
+        version=version,
+        live_url="/live?" + urlencode({"approval": approval_id}),
+        share_url=share_url,
+        notice=notice,
+        alert=alert,
+    )
+
+
+def missing_page(reviewer: str, csrf: str, nonce: str, approval_id: str) -> str:
+    """The page of an approval the table does not have."""
+    return _render(
+        "missing.html",
+        title="No such approval",
+        nonce=nonce,
+        script=False,
+        reviewer=reviewer,
+        csrf=csrf,
+        approval_id=approval_id,
+    )

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from stream_adapter import logs
 from stream_adapter.review.auth import ReviewersFile, Sessions, session_secret
+from stream_adapter.review.catalog import load_catalog
 from stream_adapter.review.decide import Decider, DecisionWriter
 from stream_adapter.review.view import ApprovalsView
 from stream_adapter.review.web import ReviewService, build_app
@@ -22,6 +23,7 @@ async def serve(settings: Settings, on_ready: Callable[[str], None] | None = Non
     reviewers = ReviewersFile(settings.reviewers_file)
     if not reviewers.reviewers():
         logs.event(logs.WARNING, "review: no reviewers yet; add one with `reviewers add NAME`")
+    catalog = load_catalog(settings)  # the tools' descriptions and argument schemas
     view = ApprovalsView(settings)
     await view.start()
     writer = DecisionWriter(settings)
@@ -34,6 +36,7 @@ async def serve(settings: Settings, on_ready: Callable[[str], None] | None = Non
             decider=Decider(view, writer),
             reviewers=reviewers,
             sessions=Sessions(session_secret(settings.session_secret), settings.session_ttl_s),
+            catalog=catalog,
         )
         runner = web.AppRunner(build_app(service), shutdown_timeout=2.0, access_log=None)
         await runner.setup()

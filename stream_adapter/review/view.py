@@ -1,8 +1,9 @@
 """The live approvals view: every record of the compacted approvals topic, kept up to date.
 
 A group-less consumer reads every partition from the beginning (read_committed, so aborted
-transactional writes never show) and keeps the latest record per approval_id. Waiters are woken
-on each change, which drives the page's live updates and the "decision landed" wait.
+transactional writes never show) and keeps the latest record per approval_id, and when each state
+it went through was written (as far as compaction has kept them). Waiters are woken on each
+change, which drives the page's live updates and the "decision landed" wait.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -35,6 +38,22 @@ DECIDED_STATES = frozenset(
 ASSIGN_TIMEOUT_S = 30.0
 
 
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """A state of an approval as the topic carried it, and when that record was written."""
+
+    state: ApprovalState
+    at: str | None
+    """ISO 8601 UTC time of the record's Kafka timestamp (None when the broker gave none)."""
+
+
+def _iso_ms(timestamp_ms: int | None) -> str | None:
+    if timestamp_ms is None or timestamp_ms < 0:
+        return None
+    moment = datetime.fromtimestamp(timestamp_ms / 1000, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 async def _assignment(consumer: AIOKafkaConsumer, timeout_s: float) -> list[TopicPartition]:
     """The partitions a group-less consumer got, once its metadata has arrived."""
     deadline = time.monotonic() + timeout_s
@@ -51,6 +70,7 @@ class ApprovalsView:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.records: dict[str, ApprovalRecord] = {}
+        self.seen: dict[str, list[Seen]] = {}
         self.version = 0
         self._changed = asyncio.Event()
         self._caught_up = asyncio.Event()
@@ -132,7 +152,7 @@ class ApprovalsView:
             changed = False
             for messages in batches.values():
                 for message in messages:
-                    changed = self._apply(message.key, message.value) or changed
+                    changed = self._apply(message.key, message.value, message.timestamp) or changed
             if not self._caught_up.is_set():
                 await self._check_caught_up(consumer)
             if changed:
@@ -145,11 +165,14 @@ class ApprovalsView:
         self._caught_up.set()
         self._notify()
 
-    def _apply(self, key: bytes | None, value: bytes | None) -> bool:
+    def _apply(
+        self, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
+    ) -> bool:
         if key is None:
             return False
         approval_id = key.decode("utf-8", "replace")
         if value is None:  # a tombstone: the record was deleted
+            self.seen.pop(approval_id, None)
             return self.records.pop(approval_id, None) is not None
         try:
             record = ApprovalRecord.from_bytes(value)
@@ -159,6 +182,9 @@ class ApprovalsView:
         if self.records.get(approval_id) == record:
             return False
         self.records[approval_id] = record
+        states = self.seen.setdefault(approval_id, [])
+        if not states or states[-1].state is not record.state:
+            states.append(Seen(record.state, _iso_ms(timestamp_ms)))
         return True
 
     def _notify(self) -> None:
@@ -189,6 +215,10 @@ class ApprovalsView:
 
     def get(self, approval_id: str) -> ApprovalRecord | None:
         return self.records.get(approval_id)
+
+    def history(self, approval_id: str) -> list[Seen]:
+        """The states the view saw the approval in, oldest first, with when each was written."""
+        return list(self.seen.get(approval_id, ()))
 
     def select(self, state: ApprovalState | None = None) -> list[ApprovalRecord]:
         """Records (only those in state, if given), oldest request first."""

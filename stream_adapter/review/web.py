@@ -8,16 +8,19 @@ until a token is given). The reviewer's name always comes from the credential.
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlencode
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from yarl import URL
 
 from stream_adapter import logs
-from stream_adapter.approvals import ApprovalState
+from stream_adapter.approvals import ApprovalRecord, ApprovalState
 from stream_adapter.errors import (
     AdapterError,
     ApprovalConflict,
@@ -33,7 +36,9 @@ from stream_adapter.review.auth import (
     Sessions,
     Unauthenticated,
 )
+from stream_adapter.review.catalog import Catalog
 from stream_adapter.review.decide import Decider
+from stream_adapter.review.listing import page_of
 from stream_adapter.review.view import ApprovalsView, record_json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -58,6 +63,7 @@ class ReviewService:
     reviewers: ReviewersFile
     sessions: Sessions
     secure_cookies: bool = False
+    catalog: Catalog = field(default_factory=lambda: Catalog({}))
 
 
 SERVICE = web.AppKey("service", ReviewService)
@@ -221,39 +227,125 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
 def _page(
     request: web.Request, *, notice: str | None = None, alert: str | None = None, status: int = 200
 ) -> web.Response:
+    """The board: one page of pending approvals (searched with `q`) and recent decisions."""
     service = _service(request)
     session: Session = request[SESSION]
     csrf = service.sessions.csrf_token(session)
-    view = service.view
+    query, number = _board_query(request.query)
     html = pages.main_page(
         session.name,
         csrf,
         request[NONCE],
-        _fragment(service, csrf),
-        view.version,
+        _fragment(service, csrf, query, number),
+        service.view.version,
+        query=query,
+        live_url="/live" + _board_params(query, number),
         notice=notice,
         alert=alert,
     )
     return _html(html, status)
 
 
-def _fragment(service: ReviewService, csrf: str) -> str:
+def _board_query(query: Mapping[str, str]) -> tuple[str, int]:
+    """The search text and page number of a board request (bad page numbers read as 1)."""
+    text = query.get("q", "")[:200].strip()
+    try:
+        number = int(query.get("page", "1"))
+    except ValueError:
+        number = 1
+    return text, number
+
+
+def _sent(service: ReviewService, records: list[ApprovalRecord]) -> set[str]:
+    return {r.approval_id for r in records if service.decider.sent(r.approval_id) is not None}
+
+
+def _fragment(service: ReviewService, csrf: str, query: str = "", number: int = 1) -> str:
     view = service.view
     pending = view.select(ApprovalState.PENDING)
-    sent = {r.approval_id for r in pending if service.decider.sent(r.approval_id) is not None}
-    return pages.live_fragment(pending, view.recent_decisions(), csrf=csrf, sent=sent)
+    shown = page_of(pending, query, number)
+    return pages.board_fragment(
+        shown,
+        pending,
+        view.recent_decisions(),
+        service.catalog,
+        csrf=csrf,
+        sent=_sent(service, shown.items),
+        back="/" + _board_params(query, shown.number),
+    )
+
+
+def _board_params(query: str, number: int) -> str:
+    """The query string of a board's search and page (`?q=...&page=2`, or empty)."""
+    params = {"q": query} if query else {}
+    if number > 1:
+        params["page"] = str(number)
+    return f"?{urlencode(params)}" if params else ""
+
+
+def _detail(service: ReviewService, record: ApprovalRecord, csrf: str) -> str:
+    view = service.view
+    return pages.detail_fragment(
+        record,
+        view.history(record.approval_id),
+        view.select(ApprovalState.PENDING),
+        service.catalog,
+        csrf=csrf,
+        sent=service.decider.sent(record.approval_id) is not None,
+    )
+
+
+def _approval_page(
+    request: web.Request,
+    approval_id: str,
+    *,
+    notice: str | None = None,
+    alert: str | None = None,
+    status: int = 200,
+) -> web.Response:
+    """An approval's own page, or 404 with a page that says so."""
+    service = _service(request)
+    session: Session = request[SESSION]
+    csrf = service.sessions.csrf_token(session)
+    record = service.view.get(approval_id)
+    if record is None:
+        html = pages.missing_page(session.name, csrf, request[NONCE], approval_id)
+        return _html(html, 404)
+    path = pages.approval_path(approval_id)
+    html = pages.approval_page(
+        session.name,
+        csrf,
+        request[NONCE],
+        _detail(service, record, csrf),
+        service.view.version,
+        approval_id=approval_id,
+        share_url=str(request.url.origin().join(URL(path, encoded=True))),
+        notice=notice,
+        alert=alert,
+    )
+    return _html(html, status)
 
 
 @auth("page")
 async def index(request: web.Request) -> web.StreamResponse:
-    """The approvals page."""
+    """The approvals board."""
     notice = pages.NOTICES.get(request.query.get("notice", ""))
     return _page(request, notice=notice)
 
 
 @auth("page")
+async def approval_view(request: web.Request) -> web.StreamResponse:
+    """GET /approvals/{id}: one approval, its arguments, decision form and history."""
+    notice = pages.NOTICES.get(request.query.get("notice", ""))
+    return _approval_page(request, request.match_info["approval_id"], notice=notice)
+
+
+@auth("page")
 async def live(request: web.Request) -> web.StreamResponse:
-    """The live fragment, long-polled: answers when the view passes `since` or after a while."""
+    """The live part of a page, long-polled: answers when the view passes `since` or after a while.
+
+    With `approval=ID`, the part of that approval's page; else the board's (with `q`, `page`).
+    """
     service = _service(request)
     try:
         since = int(request.query.get("since", "-1"))
@@ -261,40 +353,73 @@ async def live(request: web.Request) -> web.StreamResponse:
         since = -1
     version = await service.view.wait_changed(since, LONG_POLL_S)
     csrf = service.sessions.csrf_token(request[SESSION])
-    response = _html(_fragment(service, csrf))
+    approval_id = request.query.get("approval")
+    if approval_id is not None:
+        record = service.view.get(approval_id)
+        if record is None:
+            raise web.HTTPNotFound(text="no such approval")
+        response = _html(_detail(service, record, csrf))
+    else:
+        query, number = _board_query(request.query)
+        response = _html(_fragment(service, csrf, query, number))
     response.headers["X-View-Version"] = str(version)
     return response
 
 
+_BACK = re.compile(r"^/(?:approvals/[A-Za-z0-9_%.~-]+)?(?:\?[^#\s]*)?$")
+
+
+def _back(form: Mapping[str, Any], approval_id: str) -> str:
+    """Where the form came from: the board (with its search) or the approval's page; else `/`."""
+    back = str(form.get("back", "/"))
+    if not _BACK.match(back) or back.startswith("//"):
+        return "/"
+    if back.startswith("/approvals/") and back.split("?")[0] != pages.approval_path(approval_id):
+        return "/"
+    return back
+
+
+def _with_notice(back: str, word: str) -> str:
+    url = URL(back, encoded=True)
+    return str(url.update_query(notice=word))
+
+
 @auth("page")
 async def decide_form(request: web.Request) -> web.StreamResponse:
-    """Approve or deny from the page; 409 with a message when the approval is not pending."""
+    """Approve or deny from a page; 409 with a message when the approval is not pending."""
     service = _service(request)
     session: Session = request[SESSION]
     form = await request.post()
+    approval_id = request.match_info["approval_id"]
+    back = _back(form, approval_id)
+
+    def again(alert: str, status: int) -> web.Response:
+        if back.startswith("/approvals/"):
+            return _approval_page(request, approval_id, alert=alert, status=status)
+        return _page(request, alert=alert, status=status)
+
     try:
         service.sessions.check_csrf(session, str(form.get("csrf", "")))
     except Forbidden as exc:
-        return _page(request, alert=exc.detail, status=403)
+        return again(exc.detail, 403)
     verdict = form.get("decision")
     if verdict not in ("approve", "deny"):
-        return _page(request, alert="Choose Approve or Deny.", status=400)
-    approval_id = request.match_info["approval_id"]
+        return again("Choose Approve or Deny.", 400)
     reason = str(form.get("reason", "")).strip() or None
     try:
         outcome = await service.decider.decide(
             approval_id, approved=verdict == "approve", reviewer=session.name, reason=reason
         )
     except ApprovalConflict as exc:
-        return _page(request, alert=f"Not decided: {exc.detail}.", status=409)
+        return again(f"Not decided: {exc.detail}.", 409)
     except AdapterError as exc:
-        return _page(request, alert=f"Not decided: {exc.detail}.", status=exc.status)
+        return again(f"Not decided: {exc.detail}.", exc.status)
     word = (
         "sent"
         if outcome.record is None
         else ("approved" if outcome.decision.approved else "denied")
     )
-    return _redirect(f"/?notice={word}")
+    return _redirect(_with_notice(back, word))
 
 
 @auth("login")
@@ -434,6 +559,7 @@ def build_app(service: ReviewService) -> web.Application:
     app[SERVICE] = service
     app.router.add_get("/", index)
     app.router.add_get("/live", live)
+    app.router.add_get("/approvals/{approval_id}", approval_view)
     app.router.add_post("/approvals/{approval_id}/decision", decide_form)
     app.router.add_get("/login", login_form)
     app.router.add_post("/login", login)

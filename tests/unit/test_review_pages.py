@@ -1,0 +1,350 @@
+"""What the review pages show, without a broker: tools against their schema, identical calls,
+search and pages of 50, one time format, an approval's history, its own page and where a
+decision form sends the reviewer back. (The browser tests drive the same pages for real.)"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from aiohttp import test_utils, web
+from pydantic import Field
+
+from stream_adapter.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.review import pages
+from stream_adapter.review import web as web_routes
+from stream_adapter.review.auth import ReviewersFile, Sessions
+from stream_adapter.review.catalog import Catalog, catalog_of, describe_tool, unit_of
+from stream_adapter.review.decide import Decider, DecisionWriter
+from stream_adapter.review.listing import PAGE_SIZE, identical_calls, matches, page_of
+from stream_adapter.review.view import ApprovalsView, Seen
+from stream_adapter.review.web import ReviewService, build_app
+from stream_adapter.settings import Settings
+from stream_adapter.tools import ToolRegistry
+from topologies.demo import TOOLS
+from topologies.demo import registry as demo_registry
+
+Http = test_utils.TestClient[web.Request, web.Application]
+TIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$")
+
+
+def record(n: int = 0, **changes: Any) -> ApprovalRecord:
+    data: dict[str, Any] = {
+        "approval_id": f"appr_{n:04d}",
+        "tool": "send_invoice",
+        "arguments": {"customer": f"customer-{n}", "amount_cents": 1250},
+        "run_id": f"run-{n}",
+        "call_id": f"call-{n}",
+        "origin": "kafka:t",
+        "requested_at": f"2024-01-01T00:{n // 60:02d}:{n % 60:02d}.000Z",
+        "agent_key": f"agent-{n}",
+    }
+    return ApprovalRecord.model_validate({**data, **changes})
+
+
+# -- the catalog ------------------------------------------------------------------------------
+
+
+def test_a_tool_is_described_by_its_docstring_and_its_arguments_schema() -> None:
+    registry = ToolRegistry()
+
+    @registry.tool(confirm=True, timeout_s=3.0, retry_on=(ConnectionError,))
+    def transfer(
+        account: Annotated[str, Field(description="IBAN of the payee.")],
+        amount_cents: int,
+        delay_s: float = 0.0,
+        tags: list[str] | None = None,
+    ) -> None:
+        """Move money between accounts.
+
+        Longer text for the tool's page.
+        """
+
+    info = describe_tool(registry.get("transfer"))
+    assert info.summary == "Move money between accounts."
+    assert "Longer text" in info.description
+    assert (info.confirm, info.timeout_s, info.retry_on) == (True, 3.0, ("ConnectionError",))
+    by_name = {a.name: a for a in info.arguments}
+    assert list(by_name) == ["account", "amount_cents", "delay_s", "tags"]
+    assert by_name["account"].type == "string" and by_name["account"].required
+    assert by_name["account"].description == "IBAN of the payee."
+    assert (by_name["amount_cents"].type, by_name["amount_cents"].unit) == ("integer", "cents")
+    assert (by_name["delay_s"].unit, by_name["delay_s"].required) == ("seconds", False)
+    assert by_name["delay_s"].has_default and by_name["delay_s"].default == 0.0
+    assert by_name["tags"].type == "list of string or null"
+    assert not info.any_keys
+
+
+def test_units_come_from_the_schema_or_the_name() -> None:
+    assert unit_of("timeout_ms") == "milliseconds"
+    assert unit_of("seconds") == "seconds"
+    assert unit_of("size_bytes") == "bytes"
+    assert unit_of("customer") is None
+    assert unit_of("amount", {"unit": "EUR"}) == "EUR"
+
+
+def test_the_demo_catalog_holds_only_the_served_tools() -> None:
+    catalog = catalog_of(demo_registry, TOOLS)
+    assert set(catalog.tools) == set(TOOLS)
+    assert "admin_reset" not in catalog.tools
+    assert catalog.tools["echo"].any_keys
+
+
+def test_arguments_are_shown_against_the_schema_with_units_and_notes() -> None:
+    tool = catalog_of(demo_registry, TOOLS).tools["send_invoice"]
+    rows = pages.argument_rows(record(arguments={"customer": "Acme", "amount_cents": 123456}), tool)
+    assert [(r.name, r.value, r.type, r.unit) for r in rows] == [
+        ("customer", '"Acme"', "string", None),
+        ("amount_cents", "123456", "integer", "cents"),
+    ]
+    assert rows[1].hint == "= 1,234.56"
+    assert rows[0].description == "Who is billed, as named on the invoice."
+    odd = pages.argument_rows(record(arguments={"customer": "Acme", "extra": 1}), tool)
+    assert [(r.name, r.note) for r in odd] == [
+        ("customer", None),
+        ("amount_cents", "missing"),
+        ("extra", "not in the tool's schema"),
+    ]
+    unknown = pages.argument_rows(record(arguments={"wait_s": 90}), None)
+    assert [(r.type, r.unit, r.hint, r.note) for r in unknown] == [
+        ("integer", "seconds", "= 1 min 30 s", None)
+    ]
+
+
+# -- listing ----------------------------------------------------------------------------------
+
+
+def test_identical_pending_calls_are_grouped_whatever_the_key_order() -> None:
+    a = record(1, arguments={"customer": "x", "amount_cents": 5})
+    b = record(2, arguments={"amount_cents": 5, "customer": "x"})
+    c = record(3, arguments={"customer": "x", "amount_cents": 6})
+    d = record(4, tool="echo", arguments={"customer": "x", "amount_cents": 5})
+    twins = identical_calls([a, b, c, d])
+    assert twins == {a.approval_id: [b.approval_id], b.approval_id: [a.approval_id]}
+
+
+def test_search_matches_every_word_in_ids_tool_key_and_arguments() -> None:
+    r = record(7, arguments={"customer": "Acme GmbH", "amount_cents": 1})
+    for query in ("acme", "ACME gmbh", "run-7", "appr_0007", "agent-7", "send_invoice acme", ""):
+        assert matches(r, query), query
+    assert not matches(r, "acme globex")
+
+
+def test_pages_of_fifty_with_the_page_clamped() -> None:
+    records = [record(n) for n in range(PAGE_SIZE + 7)]
+    first = page_of(records)
+    assert (len(first.items), first.count, first.first, first.last) == (50, 2, 1, 50)
+    second = page_of(records, number=2)
+    assert [r.approval_id for r in second.items] == [r.approval_id for r in records[50:]]
+    assert (second.first, second.last) == (51, 57)
+    assert page_of(records, number=99).number == 2
+    assert page_of(records, number=-3).number == 1
+    found = page_of(records, "customer-56")
+    assert (found.matched, found.total, found.count) == (1, 57, 1)
+    assert page_of([], "x").first == 0
+
+
+# -- time and history -------------------------------------------------------------------------
+
+
+def test_one_time_format_absolute_with_relative_beside_it() -> None:
+    now = datetime(2024, 1, 1, 1, 0, 0, tzinfo=UTC)
+    shown = pages.moment("2024-01-01T00:55:00.000Z", now)
+    assert shown is not None
+    assert TIME.match(shown.absolute) and shown.absolute == "2024-01-01 00:55:00 UTC"
+    assert shown.relative == "5 min ago"
+    offset = pages.moment("2024-01-01T02:00:00+02:00", now)
+    assert offset is not None and offset.absolute == "2024-01-01 00:00:00 UTC"
+    assert pages.moment("yesterday") is None and pages.moment(None) is None
+    assert [pages.ago(s) for s in (5, 125, 7200, 200000)] == [
+        "5 s ago",
+        "2 min ago",
+        "2 h ago",
+        "2 d ago",
+    ]
+
+
+def test_history_of_a_call_that_ran() -> None:
+    done = record(
+        1,
+        state=ApprovalState.DONE,
+        reviewer="ann",
+        decided_at="2024-01-01T00:05:00.000Z",
+        reason="customer confirmed",
+        reply={"status": "ok", "result": {"invoiced": "x"}},
+    )
+    seen = [
+        Seen(ApprovalState.PENDING, "2024-01-01T00:00:01.000Z"),
+        Seen(ApprovalState.RUNNING, "2024-01-01T00:05:01.000Z"),
+        Seen(ApprovalState.DONE, "2024-01-01T00:05:02.000Z"),
+    ]
+    events = pages.history(done, seen)
+    assert [e.kind for e in events] == ["parked", "decided", "ran", "outcome"]
+    parked = dict((label, value) for label, value, _ in events[0].facts)
+    assert parked["Run"] == "run-1" and parked["Agent key"] == "agent-1"
+    assert events[0].at == done.requested_at
+    assert events[1].title == "Approved by ann" and events[1].at == done.decided_at
+    assert ("Reason", "customer confirmed", False) in events[1].facts
+    assert events[2].at == "2024-01-01T00:05:01.000Z"
+    assert events[3].title == "Finished: ok" and '"invoiced": "x"' in (events[3].body or "")
+
+
+def test_history_without_the_compacted_versions_says_so() -> None:
+    failed = record(
+        2,
+        state=ApprovalState.DONE,
+        reviewer="bob",
+        decided_at="2024-01-01T00:05:00.000Z",
+        reply={"status": "error", "error": {"kind": "ToolFailed", "status": 500}},
+    )
+    events = pages.history(failed, [Seen(ApprovalState.DONE, "2024-01-01T00:06:00.000Z")])
+    assert events[2].at is None and events[2].untimed == "start time no longer on the topic"
+    assert events[3].title == "Failed: ToolFailed" and events[3].tone == "bad"
+    denied = record(3, state=ApprovalState.DENIED, reviewer="bob", decided_at="2024-01-01T00:01Z")
+    assert [e.kind for e in pages.history(denied, [])] == ["parked", "decided", "replied"]
+    assert pages.history(denied, [])[1].facts == [("Reason", "none given", False)]
+    assert [e.kind for e in pages.history(record(4), [])] == ["parked", "waiting"]
+
+
+def test_the_view_keeps_when_each_state_was_written(tmp_path: Path) -> None:
+    view = ApprovalsView(Settings(broker="127.0.0.1:1"))
+    pending = record(1)
+    running = record(1, state=ApprovalState.RUNNING, reviewer="a", decided_at="2024-01-01T00:01Z")
+    assert view._apply(b"appr_0001", pending.to_bytes(), 1_704_067_200_000)
+    assert not view._apply(b"appr_0001", pending.to_bytes(), 1_704_067_201_000)  # unchanged
+    assert view._apply(b"appr_0001", running.to_bytes(), 1_704_067_260_500)
+    assert view.history("appr_0001") == [
+        Seen(ApprovalState.PENDING, "2024-01-01T00:00:00.000Z"),
+        Seen(ApprovalState.RUNNING, "2024-01-01T00:01:00.500Z"),
+    ]
+    assert view._apply(b"appr_0001", None)  # a tombstone forgets the history too
+    assert view.history("appr_0001") == []
+
+
+# -- the routes -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> ReviewService:
+    settings = Settings(reviewers_file=tmp_path / "reviewers.json", broker="127.0.0.1:1")
+    view = ApprovalsView(settings)  # never started: records are set directly
+    for n in range(PAGE_SIZE + 3):
+        view.records[f"appr_{n:04d}"] = record(n)
+    view.records["appr_twin"] = record(1, approval_id="appr_twin", run_id="other-run")
+    view.records["appr_done"] = record(
+        900,
+        approval_id="appr_done",
+        state=ApprovalState.DENIED,
+        reviewer="bob",
+        decided_at="2024-01-02T00:00:00.000Z",
+        reason="<b>not this month</b>",
+    )
+    return ReviewService(
+        view=view,
+        decider=Decider(view, DecisionWriter(settings)),
+        reviewers=ReviewersFile(settings.reviewers_file),
+        sessions=Sessions(b"s" * 32, ttl_s=600),
+        catalog=catalog_of(demo_registry, TOOLS),
+    )
+
+
+@pytest.fixture
+async def signed_in(service: ReviewService) -> AsyncIterator[tuple[Http, str]]:
+    token = service.reviewers.add("ann")
+    async with test_utils.TestClient(test_utils.TestServer(build_app(service))) as client:
+        page = await client.get("/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', await page.text())
+        assert csrf is not None
+        done = await client.post(
+            "/login", data={"token": token, "csrf": csrf.group(1)}, allow_redirects=False
+        )
+        assert done.status == 303
+        home = await (await client.get("/")).text()
+        found = re.search(r'name="csrf" value="([^"]+)"', home)
+        assert found is not None
+        yield client, found.group(1)
+
+
+def _ids(html: str) -> list[str]:
+    return re.findall(r'<article id="[^"]+" data-approval-id="([^"]+)"', html)
+
+
+async def test_the_board_pages_searches_and_flags_twins(signed_in: tuple[Http, str]) -> None:
+    client, _ = signed_in
+    first = await (await client.get("/")).text()
+    assert len(_ids(first)) == PAGE_SIZE
+    assert "Showing 1\u201350 of 54" in first and 'href="/?page=2"' in first
+    second = await (await client.get("/?page=2")).text()
+    assert len(_ids(second)) == 4 and "Showing 51\u201354 of 54" in second
+    found = await (await client.get("/?q=customer-7%20run-7")).text()
+    assert _ids(found) == ["appr_0007"]
+    assert "1 of 54 pending match" in found
+    twin = await (await client.get("/?q=other-run")).text()
+    assert _ids(twin) == ["appr_twin"]
+    assert 'data-identical="1"' in twin and 'href="/approvals/appr_0001"' in twin
+    assert "data-identical" not in found
+    assert "Who is billed, as named on the invoice." in found
+    live = await client.get("/live?q=customer-52&since=-1")
+    assert _ids(await live.text()) == ["appr_0052"]
+    assert "&lt;b&gt;not this month&lt;/b&gt;" in first  # the reason, escaped
+
+
+async def test_an_approval_has_its_own_page_and_a_missing_one_answers_404(
+    signed_in: tuple[Http, str],
+) -> None:
+    client, _ = signed_in
+    response = await client.get("/approvals/appr_done")
+    assert response.status == 200
+    html = await response.text()
+    assert 'data-event="decided"' in html and "Denied by bob" in html
+    assert f'value="http://{client.host}:{client.port}/approvals/appr_done"' in html
+    assert 'data-live="/live?approval=appr_done"' in html
+    missing = await client.get("/approvals/appr_nope")
+    assert missing.status == 404 and "No such approval" in await missing.text()
+    assert (await client.get("/live?approval=appr_nope&since=-1")).status == 404
+
+
+@pytest.mark.parametrize(
+    ("back", "expected"),
+    [
+        ("/approvals/appr_done", "/approvals/appr_done"),
+        ("/?q=acme&page=2", "/?q=acme&page=2"),
+        ("/", "/"),
+        ("//evil.example/", "/"),
+        ("https://evil.example/", "/"),
+        ("/approvals/appr_other", "/"),
+        ("/login", "/"),
+        ("/\\evil.example", "/"),
+    ],
+)
+def test_a_decision_form_returns_only_to_its_own_pages(back: str, expected: str) -> None:
+    assert web_routes._back({"back": back}, "appr_done") == expected
+
+
+@pytest.mark.parametrize("back", ["/approvals/appr_done", "/?q=customer"])
+async def test_a_refused_decision_is_shown_on_the_page_it_came_from(
+    signed_in: tuple[Http, str], back: str
+) -> None:
+    client, csrf = signed_in
+    response = await client.post(
+        "/approvals/appr_done/decision", data={"decision": "approve", "csrf": csrf, "back": back}
+    )
+    assert response.status == 409  # decided already
+    html = await response.text()
+    assert "Not decided" in html
+    assert ('data-event="parked"' in html) == back.startswith("/approvals/")
+
+
+def test_catalog_error_is_shown_instead_of_a_description() -> None:
+    html = pages.board_fragment(
+        page_of([record(1)]),
+        [record(1)],
+        [],
+        Catalog({}, error="topology x could not load"),
+        csrf="c",
+    )
+    assert "topology x could not load" in html
