@@ -88,19 +88,42 @@ class Api:
         return found
 
 
-async def park_invoice(client: Client, run_id: str, customer: str = "acme") -> str:
+async def park_invoice(
+    client: Client,
+    run_id: str,
+    customer: str = "acme",
+    *,
+    amount_cents: int = 1250,
+    key: bytes | None = None,
+    call_id: str | None = None,
+) -> str:
     """Produce a real send_invoice call and wait for its pending_approval reply: the approval_id."""
-    await client.send(
-        {
-            "tool": "send_invoice",
-            "arguments": {"customer": customer, "amount_cents": 1250},
-            "run_id": run_id,
-            "call_id": f"{run_id}-call",
-        },
-        key=run_id.encode(),
+    await send_invoice(
+        client, run_id, customer, amount_cents=amount_cents, key=key, call_id=call_id
     )
     reply = await client.reply_for(status="pending_approval", run_id=run_id)
     return str(reply["approval_id"])
+
+
+async def send_invoice(
+    client: Client,
+    run_id: str,
+    customer: str = "acme",
+    *,
+    amount_cents: int = 1250,
+    key: bytes | None = None,
+    call_id: str | None = None,
+) -> None:
+    """Produce a send_invoice call (keyed by its run id unless key is given)."""
+    await client.send(
+        {
+            "tool": "send_invoice",
+            "arguments": {"customer": customer, "amount_cents": amount_cents},
+            "run_id": run_id,
+            "call_id": call_id or f"{run_id}-call",
+        },
+        key=key if key is not None else run_id.encode(),
+    )
 
 
 def ledger_lines(path: Path) -> list[str]:
