@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Services the shared-approval-store tests need: Debian's redis-server and PostgreSQL.
+# What the tests need from Debian: redis-server and PostgreSQL (the shared approval stores) and
+# promtool, from the prometheus package (the alert rules are checked and unit-tested with it).
 #   services.sh install   apt-install them when their binaries are missing (idempotent, quiet)
-# The tests start and stop their own instances on free ports (tests/services.py).
+# The tests start and stop their own redis and PostgreSQL instances on free ports
+# (tests/services.py); the prometheus package's own service is never started.
 set -euo pipefail
 
 have_redis() { command -v redis-server >/dev/null 2>&1; }
 have_postgres() { compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; }
+have_promtool() { command -v promtool >/dev/null 2>&1; }
 
 install() {
   local wanted=()
   have_redis || wanted+=(redis-server)
   have_postgres || wanted+=(postgresql)
+  have_promtool || wanted+=(prometheus)
   [ "${#wanted[@]}" -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
     echo "warning: ${wanted[*]} missing and not root; those tests will be skipped" >&2
@@ -26,7 +30,7 @@ install() {
   fi
   apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${wanted[@]}" >/dev/null
   [ "$created" -eq 1 ] && rm -f "$policy"
-  have_redis && have_postgres
+  have_redis && have_postgres && have_promtool
 }
 
 case "${1:-}" in
