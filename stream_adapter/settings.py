@@ -109,6 +109,12 @@ class Settings(BaseSettings):
     session_ttl_s: int = Field(
         default=8 * 3600, ge=60, description="Seconds a review session lasts."
     )
+    pending_approval_age_limit_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Seconds a call may wait for a reviewer before the approval-age alert "
+        "fires (exported as stream_adapter_pending_approval_age_limit_seconds).",
+    )
     log_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
         default="info", description="Least severe log level written."
     )

@@ -112,7 +112,10 @@ def build_app(
     )
     approvals_store = DurableTable(table, sender, app.transaction_guard)
     allowed = frozenset(tools) if tools is not None else None
-    metrics = Metrics([n for n in executor.registry.names() if allowed is None or n in allowed])
+    metrics = Metrics(
+        [n for n in executor.registry.names() if allowed is None or n in allowed],
+        approval_age_limit_s=settings.pending_approval_age_limit_s,
+    )
     outputs.metrics = metrics
     ctx = FlowContext(
         settings=settings,

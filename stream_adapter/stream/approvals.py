@@ -9,6 +9,7 @@ approved call starts only once its `running` mark is durable, so it runs at most
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -44,7 +45,7 @@ from stream_adapter.errors import (
     ToolUsageError,
 )
 from stream_adapter.replies import already_done_reply, error_reply_body
-from stream_adapter.signing import SignatureError
+from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER, DecisionKeys, SignatureError
 from stream_adapter.stream.calls import PARK, RESUME
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.engine import Delivery, DurableTable, Headers
@@ -74,6 +75,16 @@ class ApprovalTable:
         the call a second time.
         """
         await self._table.put(record.approval_id.encode(), record.to_bytes(), partition, now=now)
+
+
+def signature_of(keys: DecisionKeys, headers: Mapping[str, bytes]) -> str:
+    """How a decision that passed `keys.verify` was signed: `signed` when keys checked it,
+    else `unsigned` (no signature headers) or `unchecked` (signed, but no keys to check it)."""
+    if keys.required:
+        return "signed"
+    if KEY_ID_HEADER in headers or SIGNATURE_HEADER in headers:
+        return "unchecked"
+    return "unsigned"
 
 
 class ApprovalFlow:
@@ -126,7 +137,7 @@ class ApprovalFlow:
             request["message_id"],
             request["source"],
         )
-        fresh = new_record(envelope, request["tool"], origin=self.origin)
+        fresh = new_record(envelope, request["tool"], origin=self.origin, agent_key=original.key)
         record = self.table.get(fresh.approval_id)
         if record is None:
             await self.table.put(fresh, partition)
@@ -228,6 +239,7 @@ class ApprovalFlow:
         try:
             self.ctx.keys.verify(delivery.value, delivery.headers)
         except SignatureError as exc:
+            self._count_decision("unsigned" if exc.reason == "unsigned" else "invalid")
             logs.event(
                 logs.WARNING,
                 "security: decision rejected",
@@ -238,6 +250,7 @@ class ApprovalFlow:
             error = ToolUsageError(f"decision {exc.reason}", status=401)
             await self.ctx.outputs.dead_letter(delivery, error, attempts=1)
             return
+        self._count_decision(signature_of(self.ctx.keys, delivery.headers))
         try:
             message = parse_reviewer_message(delivery.value)
         except ToolUsageError as exc:
@@ -302,6 +315,10 @@ class ApprovalFlow:
             await self.ctx.outputs.reply(body, message_id=record.message_id, headers=trace)
             return
         await self._run(decided, delivery.partition, trace)
+
+    def _count_decision(self, signature: str) -> None:
+        if self.ctx.metrics is not None:
+            self.ctx.metrics.decision_read(signature)
 
     async def _resolution(
         self,

@@ -2,9 +2,11 @@
 
 The hot path only increments label children bound once per (tool, status) and cached in a
 dict, so a call costs a few dict look-ups and lock-free-ish increments, never an await.
-Pending approvals and consumer lag are not tracked per event: a collector reads them from the
-approvals table and the consumer when Prometheus scrapes, so they stay right across
-restarts and rebalances (the table is restored from its changelog, not from counters).
+Pending approvals (how many, and how long the oldest has waited) and consumer lag are not
+tracked per event: a collector reads them from the approvals table and the consumer when
+Prometheus scrapes, so they stay right across restarts and rebalances (the table is restored
+from its changelog, not from counters). The process's CPU, memory and file descriptors, and a
+build-info gauge naming the versions it runs, are on the same registry.
 
 Label values are bounded: a tool name becomes a label only when the executor knows it (an
 unknown name sent by a producer becomes ``"<unknown>"``), and error kinds are the six of §6.
@@ -12,14 +14,26 @@ unknown name sent by a producer becomes ``"<unknown>"``), and error kinds are th
 
 from __future__ import annotations
 
+import platform
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import metadata
 from typing import Any
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -30,15 +44,50 @@ UNKNOWN_TOOL = "<unknown>"
 
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400)
+SIGNATURES = ("signed", "unsigned", "invalid", "unchecked")
+"""How a decision read by the worker was signed: with a valid signature; with none; with a wrong
+one or an unknown key; or with one nobody checked (no decision keys configured)."""
+
+
+def versions() -> dict[str, str]:
+    """The versions a worker runs, for the build-info gauge."""
+
+    def of(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    return {
+        "version": of("stream-adapter"),
+        "python": platform.python_version(),
+        "faust": of("faust-streaming"),
+        "aiokafka": of("aiokafka"),
+    }
 
 
 class Metrics:
     """The worker's instruments on a registry of their own (one worker, one registry)."""
 
-    def __init__(self, tools: Collection[str] = ()) -> None:
+    def __init__(self, tools: Collection[str] = (), *, approval_age_limit_s: float = 0) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._known = frozenset(tools)
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, _resident_memory_bytes, ...
+        PlatformCollector(registry=r)  # python_info
+        GCCollector(registry=r)  # python_gc_*
+        Info(
+            "stream_adapter_build",
+            "The versions this worker runs (stream-adapter, Python, faust-streaming, aiokafka).",
+            registry=r,
+        ).info(versions())
+        if approval_age_limit_s > 0:
+            Gauge(
+                "stream_adapter_pending_approval_age_limit_seconds",
+                "How long a call may wait for a reviewer before the approval-age alert fires "
+                "(the pending_approval_age_limit_s setting).",
+                registry=r,
+            ).set(approval_age_limit_s)
         self.calls = Counter(
             "stream_adapter_calls",
             "Replies written, by tool and status (ok, error, pending_approval, already_done).",
@@ -76,6 +125,14 @@ class Metrics:
             buckets=WAIT_BUCKETS,
             registry=r,
         )
+        decisions = Counter(
+            "stream_adapter_decisions",
+            "Decisions read from the decisions topic, by signature: signed (valid), unsigned, "
+            "invalid (wrong signature or unknown key), unchecked (no decision keys configured).",
+            ["signature"],
+            registry=r,
+        )
+        self._decisions = {s: decisions.labels(s) for s in SIGNATURES}
         self._calls: dict[tuple[str | None, str], Any] = {}
         self._latency: dict[str, list[float]] = {}
         self._retries: dict[str, Any] = {}
@@ -120,6 +177,10 @@ class Metrics:
     def dead_lettered(self, topic: str, kind: str) -> None:
         self.dead_letters.labels(topic, kind).inc()
 
+    def decision_read(self, signature: str) -> None:
+        """Count a decision by how it was signed (one of SIGNATURES)."""
+        self._decisions[signature].inc()
+
     def decided(self, tool: str, approved: bool, requested_at: str, decided_at: str | None) -> None:
         """Observe how long a parked call waited for its (first) decision."""
         if decided_at is None:
@@ -151,16 +212,37 @@ class Metrics:
         )
 
 
-def count_pending(values: Iterable[bytes]) -> int:
-    """How many approval records (JSON bytes) are in state pending."""
-    pending = 0
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """The pending approvals of a worker's table partitions: how many, and the oldest's request
+    time (seconds since the epoch; None when there is none)."""
+
+    count: int = 0
+    oldest_requested_at: float | None = None
+
+
+def pending_approvals(values: Iterable[bytes]) -> Pending:
+    """Count the approval records (JSON bytes) in state pending and find the oldest request."""
+    count, oldest = 0, None
     for raw in values:
         try:
-            if orjson.loads(raw).get("state") == "pending":
-                pending += 1
+            record = orjson.loads(raw)
+            if record.get("state") != "pending":
+                continue
         except (orjson.JSONDecodeError, AttributeError):
             continue
-    return pending
+        count += 1
+        try:
+            requested = datetime.fromisoformat(record["requested_at"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            continue
+        oldest = requested if oldest is None else min(oldest, requested)
+    return Pending(count, oldest)
+
+
+def count_pending(values: Iterable[bytes]) -> int:
+    """How many approval records (JSON bytes) are in state pending."""
+    return pending_approvals(values).count
 
 
 def unknown_outcomes(values: Iterable[bytes], now: datetime | None = None) -> tuple[int, float]:
@@ -238,7 +320,7 @@ class _ScrapeCollector(Collector):
         self._approvals = approvals
         self._stuck = stuck
         self._every_s = every_s
-        self._pending: tuple[float, int] | None = None
+        self._pending: tuple[float, Pending] | None = None
         self._unknown: tuple[float, tuple[int, float]] | None = None
 
     def describe(self) -> list[Metric]:
@@ -249,13 +331,22 @@ class _ScrapeCollector(Collector):
             "stream_adapter_pending_approvals",
             "Approval records in state pending on this worker's table partitions.",
         )
-        count = self._safe(self._count_pending)
-        if count is not None:
-            pending.add_metric([], count)
+        oldest = GaugeMetricFamily(
+            "stream_adapter_oldest_pending_approval_age_seconds",
+            "How long the oldest pending approval on this worker's table partitions has waited "
+            "(0 when none is pending).",
+        )
+        found: Pending | None = self._safe(self._read_pending)
+        if found is not None:
+            pending.add_metric([], found.count)
+            since = found.oldest_requested_at
+            oldest.add_metric([], 0.0 if since is None else max(0.0, time.time() - since))
         yield pending
+        yield oldest
         lag = GaugeMetricFamily(
-            "stream_adapter_consumer_lag",
-            "Messages after the committed offset, per assigned input partition.",
+            "stream_adapter_consumer_lag_messages",
+            "Consumer lag in messages: records after the committed offset, per assigned input "
+            "partition.",
             labels=["topic", "partition"],
         )
         for topic, partition, value in self._safe(self._lags) or ():
@@ -305,13 +396,13 @@ class _ScrapeCollector(Collector):
         except Exception:
             return None
 
-    def _count_pending(self) -> int:
+    def _read_pending(self) -> Pending:
         now = time.monotonic()
         if self._pending is not None and now - self._pending[0] < self._every_s:
             return self._pending[1]
-        count = count_pending(self._approvals())
-        self._pending = (now, count)
-        return count
+        found = pending_approvals(self._approvals())
+        self._pending = (now, found)
+        return found
 
     def _count_unknown(self) -> tuple[int, float]:
         now = time.monotonic()

@@ -50,11 +50,16 @@ async def test_metrics_count_a_known_mix_of_calls(
         await client.reply_for(run_id=s.run_id)
     pending = await client.reply_for(status="pending_approval", run_id=run_id)
 
-    async def parked() -> bool:
-        return value(await scrape(worker), "stream_adapter_pending_approvals") == 1
+    async def parked() -> Metrics | None:
+        now = await scrape(worker)
+        return now if value(now, "stream_adapter_pending_approvals") == 1 else None
 
-    await wait_for(parked, timeout_s=20, what="one pending approval", interval_s=0.5)
-    await client.decide(pending["approval_id"], True)
+    waiting = await wait_for(parked, timeout_s=20, what="one pending approval", interval_s=0.5)
+    age = value(waiting, "stream_adapter_oldest_pending_approval_age_seconds")
+    assert 0 < age < 300, age
+    limit = value(waiting, "stream_adapter_pending_approval_age_limit_seconds")
+    assert limit == worker.settings.pending_approval_age_limit_s
+    await client.decide(pending["approval_id"], True)  # unsigned: this worker has no keys
     await client.reply_for(status="ok", run_id=run_id)
 
     samples = await scrape(worker)
@@ -81,13 +86,21 @@ async def test_metrics_count_a_known_mix_of_calls(
     assert value(samples, "stream_adapter_calls_in_flight") == 0
     wait = "stream_adapter_approval_wait_seconds_count"
     assert value(samples, wait, tool="send_invoice", verdict="approved") == 1
+    decisions = "stream_adapter_decisions_total"
+    assert value(samples, decisions, signature="unsigned") == 1
+    assert value(samples, decisions, signature="signed") == 0
+    assert value(samples, "process_cpu_seconds_total") > 0
+    assert value(samples, "process_resident_memory_bytes") > 10 * 2**20
+    [build] = [dict(labels) for name, labels in samples if name == "stream_adapter_build_info"]
+    assert build["faust"] == "0.15.3" and build["version"] and build["python"].startswith("3.")
 
     async def drained() -> bool:
         now = await scrape(worker)
-        lags = {k: v for k, v in now.items() if k[0] == "stream_adapter_consumer_lag"}
+        lags = {k: v for k, v in now.items() if k[0] == "stream_adapter_consumer_lag_messages"}
         partitions = {dict(k[1])["partition"] for k in lags if dict(k[1])["topic"] == calls}
         return (
             value(now, "stream_adapter_pending_approvals") == 0
+            and value(now, "stream_adapter_oldest_pending_approval_age_seconds") == 0
             and len(partitions) == worker.settings.partitions
             and not any(lags.values())
         )

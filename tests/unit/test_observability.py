@@ -9,7 +9,15 @@ from prometheus_client import generate_latest
 from stream_adapter.ids import derive_ids
 from stream_adapter.ops.dlq import DeadLetter, ReplaySkipped, replay_value
 from stream_adapter.settings import Settings
-from stream_adapter.stream.metrics import UNKNOWN_TOOL, Metrics, count_pending
+from stream_adapter.signing import DecisionKeys
+from stream_adapter.stream.approvals import signature_of
+from stream_adapter.stream.metrics import (
+    UNKNOWN_TOOL,
+    Metrics,
+    Pending,
+    count_pending,
+    pending_approvals,
+)
 from stream_adapter.stream.tracing import Tracing, as_headers, build_tracing, traceparent
 
 
@@ -71,6 +79,59 @@ def test_count_pending_reads_the_state_field_only() -> None:
         b"not json",
     ]
     assert count_pending(records) == 1
+
+
+def test_pending_approvals_finds_the_oldest_request() -> None:
+    records = [
+        orjson.dumps({"state": "pending", "requested_at": "2024-01-01T00:10:00.000Z"}),
+        orjson.dumps({"state": "pending", "requested_at": "2024-01-01T00:00:00+00:00"}),
+        orjson.dumps({"state": "done", "requested_at": "2023-01-01T00:00:00.000Z"}),
+        orjson.dumps({"state": "pending", "requested_at": "not a time"}),
+        b"not json",
+    ]
+    assert pending_approvals(records) == Pending(3, 1704067200.0)
+    assert pending_approvals([]) == Pending(0, None)
+
+
+def test_oldest_pending_age_and_lag_are_read_at_scrape_time() -> None:
+    metrics = Metrics(["echo"], approval_age_limit_s=1800)
+    one = orjson.dumps({"state": "pending", "requested_at": "2024-01-01T00:00:00.000Z"})
+    tables = [[one], []]
+    metrics.watch(lambda: [("calls", 3, 7)], lambda: tables[0], pending_every_s=0)
+    age = _value(metrics, "stream_adapter_oldest_pending_approval_age_seconds")
+    assert age is not None and age > 365 * 86400
+    assert _value(metrics, "stream_adapter_pending_approval_age_limit_seconds") == 1800
+    lag = "stream_adapter_consumer_lag_messages"
+    assert _value(metrics, lag, topic="calls", partition="3") == 7
+    tables.pop(0)
+    assert _value(metrics, "stream_adapter_oldest_pending_approval_age_seconds") == 0
+    assert _value(metrics, "stream_adapter_pending_approvals") == 0
+    assert _value(Metrics(), "stream_adapter_pending_approval_age_limit_seconds") is None
+
+
+def test_process_and_build_info_are_exported() -> None:
+    metrics = Metrics()
+    text = generate_latest(metrics.registry).decode()
+    assert 'stream_adapter_build_info{aiokafka="' in text and 'faust="0.15.3"' in text
+    assert (_value(metrics, "process_resident_memory_bytes") or 0) > 0
+    assert _value(metrics, "process_cpu_seconds_total") is not None
+    assert "python_info{" in text
+
+
+def test_decisions_are_counted_by_signature() -> None:
+    keys, none = DecisionKeys.parse("k1:secret"), DecisionKeys.parse("")
+    value = b'{"approval_id": "a", "approved": true, "reviewer": "r"}'
+    assert signature_of(keys, keys.sign(value)) == "signed"
+    assert signature_of(none, {}) == "unsigned"
+    assert signature_of(none, keys.sign(value)) == "unchecked"
+    metrics = Metrics()
+    for signature in ("signed", "unsigned", "unsigned", "invalid"):
+        metrics.decision_read(signature)
+    counts = {
+        s: _value(metrics, "stream_adapter_decisions_total", signature=s)
+        for s in ("signed", "unsigned", "invalid", "unchecked")
+    }
+    assert counts == {"signed": 1, "unsigned": 2, "invalid": 1, "unchecked": 0}
 
 
 def test_tracing_off_is_none_and_on_continues_the_parent() -> None:
