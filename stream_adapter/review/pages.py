@@ -274,7 +274,7 @@ def history(record: ApprovalRecord, seen: Sequence[Seen]) -> list[Event]:
         parked.append(("Agent key", record.agent_key, True))
     if record.message_id:
         parked.append(("Delivered as", record.message_id, True))
-    parked.append(("Parked by", record.origin, True))
+    parked.append(("Origin", record.origin, True))
     events = [Event("parked", "Parked for review", "wait", record.requested_at, facts=parked)]
     state = record.state
     if state is ApprovalState.PENDING:
