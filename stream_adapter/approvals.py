@@ -1,4 +1,4 @@
-"""Approval records, decisions and their pure state transitions (SPEC §7).
+"""Approval records, decisions and their pure state transitions (contract §7).
 
 ``pending → approved → running → done`` or ``pending → denied``. A run that ended with no
 outcome and may not run again goes ``running → unknown``, until a person resolves it: ``unknown →

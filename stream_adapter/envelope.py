@@ -1,4 +1,4 @@
-"""The envelope on `tool-calls`: one call, or the resume of a decided approval (SPEC §3)."""
+"""The envelope on `tool-calls`: one call, or the resume of a decided approval (contract §3)."""
 
 from __future__ import annotations
 

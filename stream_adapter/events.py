@@ -1,7 +1,7 @@
 """Function-host event documents (SQS, EventBridge, MSK / Kafka, direct) as delivered messages.
 
 Pure parsing, no I/O: each message keeps its body and the delivery id its source keeps stable
-across redeliveries, so a redelivered call derives the same ids (SPEC §3, §15).
+across redeliveries, so a redelivered call derives the same ids (contract §3, §15).
 """
 
 from __future__ import annotations

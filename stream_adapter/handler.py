@@ -1,4 +1,4 @@
-"""handle_envelope and record_decision: one call or resume, broker-agnostic (SPEC §5, §7)."""
+"""handle_envelope and record_decision: one call or resume, broker-agnostic (contract §5, §7)."""
 
 from __future__ import annotations
 

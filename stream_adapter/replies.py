@@ -1,4 +1,4 @@
-"""Reply builders (SPEC §5): every reply carries status, tool, run_id and call_id."""
+"""Reply builders (contract §5): every reply carries status, tool, run_id and call_id."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retry policy for retryable failures: exponential backoff with full jitter (SPEC §10)."""
+"""Retry policy for retryable failures: exponential backoff with full jitter (contract §10)."""
 
 from __future__ import annotations
 

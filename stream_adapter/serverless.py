@@ -1,6 +1,6 @@
 """tool_handler: a sync function-host entry point (Lambda and alike) over handle_envelope.
 
-SPEC §15. One invocation is one event: an SQS batch, an MSK / self-managed Kafka batch, an
+contract §15. One invocation is one event: an SQS batch, an MSK / self-managed Kafka batch, an
 EventBridge event, or the envelope itself. Each invocation runs within
 ``min(timeout, remaining time - margin_s)`` seconds; what is not done by then is failed, so
 the host delivers it again.

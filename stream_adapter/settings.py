@@ -20,7 +20,7 @@ SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
 class Settings(BaseSettings):
-    """Everything a worker, the CLI and the review service are configured by (SPEC §12)."""
+    """Everything a worker, the CLI and the review service are configured by (contract §12)."""
 
     # Errors never quote the input: it holds the passwords.
     model_config = SettingsConfigDict(

@@ -1,4 +1,4 @@
-"""The reference topology (SPEC §16): demo tools served on the settings' topics.
+"""The reference topology (contract §16): demo tools served on the settings' topics.
 
 `stream-adapter worker` runs `app`; tests and benchmarks use `TOOLS` and `build_executor`.
 """

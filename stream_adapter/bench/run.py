@@ -24,7 +24,7 @@ from stream_adapter.settings import Settings
 
 SLEEP_S = 0.05
 TARGET_P99_MS = 25.0
-"""Issue 7's latency target, drawn on the chart."""
+"""The benchmark's latency target (p99 at half the worker's throughput), drawn on the chart."""
 
 
 def _worker(cfg: BenchConfig, name: str, run_id: str, **settings: Any) -> Contender:

@@ -1,7 +1,7 @@
 """Dead letters: read them, and replay those from the calls topic as the same calls.
 
 A dead letter holds the original message's bytes and key; its headers say why it failed and
-where it came from (SPEC §10). A replay re-derives the ids the worker gave the original
+where it came from (contract §10). A replay re-derives the ids the worker gave the original
 delivery (`derive_ids(message-id, source)`, via `parse_envelope`) and publishes the envelope
 with those ids spelled out, so the replayed call is the same call: its reply carries the
 original run_id and call_id, a confirm call finds its own approval record, and tools that key

@@ -3,7 +3,7 @@
 The calls topic, and the decisions and approval-request topics, each go to a route
 (engine/routes.py) that makes every record a job, ordered per Kafka key, and acks it once its
 outputs are acknowledged by the broker; the engine commits the highest contiguous acked
-offset, so a commit never passes an unfinished call (SPEC §8, §9).
+offset, so a commit never passes an unfinished call (contract §8, §9).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Plain calls run here (retried in place, then an error reply and a dead letter). Confirm calls
 and resumes touch the approvals table, which lives with the partition that owns their
-approval_id, so they are handed on as requests keyed by approval_id (SPEC §7).
+approval_id, so they are handed on as requests keyed by approval_id (contract §7).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ futures and an awaited send per reply), not the tool. A plain call whose tool ca
 (`Tool.never_waits`) runs here instead, in the consumer's own task, on its one and only step.
 Its reply joins a record batch for its reply partition; the batches go to the producer at the
 end of each fetch, or earlier when a later call of the same key takes the scheduled path; the
-calls are acked when the broker acks their batch (SPEC §8). Everything else is handed back to
+calls are acked when the broker acks their batch (contract §8). Everything else is handed back to
 the scheduled path (the route's jobs): another tool, a failure (its retries go on there), a
 key whose earlier call is still scheduled, tracing, and exactly-once mode, where replies
 belong to transactions.

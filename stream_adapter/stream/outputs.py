@@ -1,7 +1,7 @@
 """What the topology writes: replies, dead letters and internal approval requests.
 
 Every send waits for the broker's acknowledgement (engine's `Sender`), so a job that acks its
-message afterwards never lets a commit pass an unwritten output (SPEC §8). Exactly once,
+message afterwards never lets a commit pass an unwritten output (contract §8). Exactly once,
 replies and dead letters join the transaction of the message being processed.
 """
 
@@ -35,7 +35,7 @@ class Outputs:
         return self.sender.exactly_once
 
     async def reply(self, reply: Reply, *, message_id: str, headers: Headers | None = None) -> None:
-        """Write reply keyed by its run_id, with the SPEC headers (and any extra headers)."""
+        """Write reply keyed by its run_id, with the contract's headers (and any extra headers)."""
         sent = [("message-id", message_id.encode()), ("content-type", CONTENT_TYPE)]
         if headers:
             sent.extend(headers)

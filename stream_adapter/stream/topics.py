@@ -61,7 +61,7 @@ def approval_requests_topic(settings: Settings) -> str:
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
-    """Every topic the topology reads or writes (SPEC §2), with partitions and configs."""
+    """Every topic the topology reads or writes (contract §2), with partitions and configs."""
     p, rf = settings.partitions, settings.replication_factor
     return [
         TopicSpec(settings.calls_topic, p, rf, role="calls"),

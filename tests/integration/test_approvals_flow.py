@@ -1,4 +1,4 @@
-"""SPEC §7 end to end: parking, decisions, resumes, first decision wins, signing."""
+"""contract §7 end to end: parking, decisions, resumes, first decision wins, signing."""
 
 from __future__ import annotations
 

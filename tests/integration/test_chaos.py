@@ -68,7 +68,7 @@ async def test_chaos_loses_nothing(
     assert kinds.count("broker restart") == 1 and "scale-up 1->2" in kinds, kinds
     assert all(f.recover_s is not None for f in figures.faults), summary
     if guarantee == "exactly_once":
-        # SPEC §8: a read_committed reader sees each reply once (docs/chaos.md).
+        # contract §8: a read_committed reader sees each reply once (docs/chaos.md).
         assert figures.duplicate_replies == 0, summary
 
 

@@ -1,4 +1,4 @@
-"""SPEC §7 and §8 under SIGKILL: no call without a terminal reply, no approval asked twice,
+"""contract §7 and §8 under SIGKILL: no call without a terminal reply, no approval asked twice,
 no approved call run twice, and redelivered calls keep their ids."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 9 end to end: the worker's /metrics after a known mix of calls, and trace context
+"""Observability end to end: the worker's /metrics after a known mix of calls, and trace context
 carried from a call (and a decision) to its reply."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §8 and §9 end to end: per-key order, keys never wait on each other, commits and lag."""
+"""contract §8 and §9 end to end: per-key order, keys never wait on each other, commits and lag."""
 
 from __future__ import annotations
 

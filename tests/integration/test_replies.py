@@ -1,4 +1,4 @@
-"""SPEC §5, §6 and §10 rows end to end through one worker process: statuses, kinds, retries."""
+"""contract §5, §6 and §10 rows end to end through one worker process: statuses, kinds, retries."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Calls produced in transactions (SPEC §8, §9): each transaction leaves a marker at an offset
+"""Calls produced in transactions (contract §8, §9): each transaction leaves a marker at an offset
 the worker never receives. The commit must step over markers, and only over markers: never
 over a call still running, and never stall on a marker it starts from. A call of an aborted
 transaction never runs."""

@@ -64,7 +64,7 @@ MODULE_LEVEL_ONLY = {
     "error_reply_body",
     "default_runner",
 }
-SPEC_NAMES = {
+CONTRACT_NAMES = {
     "MAX_ENVELOPE_BYTES",
     "Envelope",
     "parse_envelope",
@@ -102,7 +102,7 @@ def test_all_is_sorted_and_resolves() -> None:
 
 
 def test_spec_names_are_exported() -> None:
-    assert set(stream_adapter.__all__) >= SPEC_NAMES
+    assert set(stream_adapter.__all__) >= CONTRACT_NAMES
 
 
 def test_every_public_core_name_is_exported_or_deliberately_module_level() -> None:

@@ -1,4 +1,4 @@
-"""Faust must not commit past an unfinished message at the head of a partition (SPEC §9),
+"""Faust must not commit past an unfinished message at the head of a partition (contract §9),
 and the bisection that finds the committable run must commit what Faust's walk would.
 
 faust-streaming 0.15.3's `Consumer._new_offset` looks for a gap between the committed offset

@@ -46,7 +46,7 @@ def valid_calls(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def is_valid(obj: Any) -> bool:
-    """An independent statement of SPEC §3's shapes."""
+    """An independent statement of contract §3's shapes."""
     if not isinstance(obj, dict):
         return False
     if set(obj) == {"approval_id"}:

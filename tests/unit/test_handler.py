@@ -1,4 +1,4 @@
-"""handle_envelope and record_decision over an in-memory store (SPEC §5, §7)."""
+"""handle_envelope and record_decision over an in-memory store (contract §5, §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tool_handler over realistic SQS, EventBridge, MSK and direct events (SPEC §15)."""
+"""tool_handler over realistic SQS, EventBridge, MSK and direct events (contract §15)."""
 
 from __future__ import annotations
 

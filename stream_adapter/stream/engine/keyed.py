@@ -1,4 +1,4 @@
-"""Run work concurrently across keys, one at a time in arrival order within a key (SPEC §9).
+"""Run work concurrently across keys, one at a time in arrival order within a key (contract §9).
 
 A slow key holds back only its own later jobs. `submit` waits while `max_queued` jobs
 (running or waiting for their key) exist, which is how a full worker pushes back on its

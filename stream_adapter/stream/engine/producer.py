@@ -1,7 +1,7 @@
 """The producer side: sends that wait for the broker's ack, in or outside a transaction.
 
 Every send here waits for the broker's acknowledgement, so a job that acks its message
-afterwards never lets a commit pass an unwritten output (SPEC §8). Exactly once, an output
+afterwards never lets a commit pass an unwritten output (contract §8). Exactly once, an output
 joins the transaction of the message being processed (`current_delivery`), whatever
 partition it goes to: Faust's own routing picks a transaction from the destination's
 partition as its *consumer* sees it, and finds none for topics it does not consume

@@ -2,7 +2,7 @@
 
 Jobs run on a KeyedScheduler (in offset order per Kafka key, concurrently across keys, at most
 `max_queued` queued), and the consumer commits the end of the run of acked offsets at each
-partition's head (commits/offsets.py), so a commit never passes an unfinished job (SPEC §8,
+partition's head (commits/offsets.py), so a commit never passes an unfinished job (contract §8,
 §9). A route may have a lane: a faster path offered each record first, which finishes some
 records itself (it acks them, or hands them back through `redo`).
 """
@@ -103,7 +103,7 @@ class JobRoute:
                     return
                 work = offered
             if lane.holds(key):
-                await lane.flush()  # the key's earlier outputs go first (SPEC §9)
+                await lane.flush()  # the key's earlier outputs go first (contract §9)
         await self._schedule(message, delivery_of(message), key, work)
 
     async def _build_lane(self) -> Lane:

@@ -2,7 +2,7 @@
 
 An acked offset above the committed one holds the commit until every offset below it is
 acked or known never to be delivered (transaction markers, compacted records, recorded
-exactly by the consumer): a commit never passes an unfinished call (SPEC §9). This replaces
+exactly by the consumer): a commit never passes an unfinished call (contract §9). This replaces
 faust-streaming's `Consumer._new_offset` (engine/patches.py; why, in docs/faust-patches.md).
 Acked offsets are distinct, so once sorted the run is the prefix where `acked[i] - i` is
 still `acked[0]`: a bisection finds its end without a per-offset walk.
