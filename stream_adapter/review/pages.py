@@ -299,11 +299,20 @@ def history(record: ApprovalRecord, seen: Sequence[Seen]) -> list[Event]:
     if state not in (ApprovalState.RUNNING, ApprovalState.DONE):
         events.append(Event(str(state), f"Now {state}"))
         return events
-    started = _seen_at(seen, ApprovalState.RUNNING)
-    untimed = None if started else "start time no longer on the topic"
-    events.append(Event("ran", "Ran the call once", "ok", started, untimed))
+    first = _seen_at(seen, ApprovalState.RUNNING)
+    if record.runs > 1:
+        title = f"Ran the call {record.runs} times (earlier runs died with their worker)"
+        started = record.started_at
+        untimed = None if started else "start time not recorded"
+    else:
+        title = "Ran the call"
+        started = record.started_at or first
+        untimed = None if started else "start time no longer on the topic"
+    events.append(Event("ran", title, "ok", started, untimed))
     if state is ApprovalState.RUNNING:
-        events.append(Event("running", "Running; no reply yet", "wait"))
+        events.append(
+            Event("running", "No outcome yet: still running, or its worker died during the run")
+        )
         return events
     finished = _seen_at(seen, ApprovalState.DONE)
     untimed = None if finished else "end time no longer on the topic"

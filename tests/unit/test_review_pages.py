@@ -184,6 +184,7 @@ def test_history_of_a_call_that_ran() -> None:
     ]
     events = pages.history(done, seen)
     assert [e.kind for e in events] == ["parked", "decided", "ran", "outcome"]
+    assert events[2].title == "Ran the call"
     parked = dict((label, value) for label, value, _ in events[0].facts)
     assert parked["Run"] == "run-1" and parked["Agent key"] == "agent-1"
     assert events[0].at == done.requested_at
@@ -191,6 +192,22 @@ def test_history_of_a_call_that_ran() -> None:
     assert ("Reason", "customer confirmed", False) in events[1].facts
     assert events[2].at == "2024-01-01T00:05:01.000Z"
     assert events[3].title == "Finished: ok" and '"invoiced": "x"' in (events[3].body or "")
+
+
+def test_history_of_a_call_run_again_uses_the_record_s_last_start() -> None:
+    again = record(
+        5,
+        state=ApprovalState.RUNNING,
+        reviewer="ann",
+        decided_at="2024-01-01T00:05:00.000Z",
+        runs=2,
+        started_at="2024-01-01T00:09:00.000Z",
+    )
+    events = pages.history(again, [Seen(ApprovalState.RUNNING, "2024-01-01T00:05:01.000Z")])
+    assert [e.kind for e in events] == ["parked", "decided", "ran", "running"]
+    assert events[2].title.startswith("Ran the call 2 times")
+    assert events[2].at == "2024-01-01T00:09:00.000Z"
+    assert "worker died" in events[3].title
 
 
 def test_history_without_the_compacted_versions_says_so() -> None:
