@@ -1,9 +1,10 @@
 """What a reviewer is told about a tool: its description and its arguments' names, types and units.
 
-The review service reads the topology's tools once at start (its `build_executor()`, else its
-`registry` and `TOOLS`) and keeps plain data from them: the docstring, the JSON schema pydantic
-builds from the type hints, and a unit per argument (declared in the schema as `unit`, or read from
-the name's suffix, as in `amount_cents` or `timeout_s`).
+The review service reads the topology's tools once at start, as `stream-adapter tools` finds
+them (its `build_executor()`, `executor`, or `registry` and `TOOLS`), and keeps plain data from
+them: the docstring, the JSON schema pydantic builds from the type hints, and a unit per argument
+(declared in the schema as `unit`, or read from the name's suffix, as in `amount_cents` or
+`timeout_s`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from stream_adapter import logs
 from stream_adapter.settings import Settings
-from stream_adapter.tools import Tool, ToolRegistry
+from stream_adapter.tools import Tool
 
 __all__ = ["ArgumentInfo", "Catalog", "ToolInfo", "describe_tool", "load_catalog", "unit_of"]
 
@@ -74,6 +75,7 @@ class ToolInfo:
     any_keys: bool
     """True when the tool takes keyword arguments it does not name (`**kwargs`)."""
     confirm: bool
+    idempotent: bool
     timeout_s: float | None
     retry_on: tuple[str, ...]
     schema: dict[str, Any] = field(repr=False)
@@ -149,43 +151,32 @@ def describe_tool(tool: Tool) -> ToolInfo:
         arguments=tuple(arguments),
         any_keys=schema.get("additionalProperties") is not False,
         confirm=tool.confirm,
+        idempotent=tool.idempotent,
         timeout_s=tool.timeout_s,
         retry_on=tuple(e.__name__ for e in tool.retry_on),
         schema=schema,
     )
 
 
-def catalog_of(registry: ToolRegistry, allowed: Iterable[str] | None = None) -> Catalog:
-    """The catalog of registry's tools (only those in allowed, when given)."""
-    names = set(allowed) if allowed is not None else None
-    tools = {
-        name: describe_tool(registry.get(name))
-        for name in registry.names()
-        if names is None or name in names
-    }
-    return Catalog(tools)
+def catalog_of(tools: Iterable[Tool]) -> Catalog:
+    """The catalog of tools, by name."""
+    return Catalog({tool.name: describe_tool(tool) for tool in tools})
 
 
 def load_catalog(settings: Settings) -> Catalog:
-    """The configured topology's tools; an empty catalog with the reason when unreadable.
+    """The configured topology's tools, found as `stream-adapter tools` finds them; an empty
+    catalog with the reason when the topology cannot be read.
 
     The topology module reads its settings from the environment (as the worker's does), so the
     service's settings are passed on first.
     """
+    from stream_adapter.commands.tools import topology_tools
+
     os.environ.update(settings.to_env())
-    kind = "TopologyWithoutTools"
     try:
-        module = importlib.import_module(settings.topology)
-        build = getattr(module, "build_executor", None)
-        if callable(build):
-            executor = build()
-            return catalog_of(executor.registry, executor.tools)
-        registry = getattr(module, "registry", None)
-        if isinstance(registry, ToolRegistry):
-            return catalog_of(registry, getattr(module, "TOOLS", None))
-        reason = f"topology {settings.topology!r} has neither build_executor() nor registry"
+        return catalog_of(topology_tools(importlib.import_module(settings.topology)))
     except Exception as exc:  # a broken topology must not stop reviewers from deciding
         kind = type(exc).__name__
-        reason = f"topology {settings.topology!r} could not be loaded ({kind})"
     logs.event(logs.WARNING, "review: tool descriptions unavailable", error_kind=kind)
+    reason = f"the tools of topology {settings.topology!r} could not be read ({kind})"
     return Catalog({}, error=reason)

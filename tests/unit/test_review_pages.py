@@ -14,11 +14,19 @@ import pytest
 from aiohttp import test_utils, web
 from pydantic import Field
 
+import topologies.demo
 from stream_adapter.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.commands.tools import topology_tools
 from stream_adapter.review import pages
 from stream_adapter.review import web as web_routes
 from stream_adapter.review.auth import ReviewersFile, Sessions
-from stream_adapter.review.catalog import Catalog, catalog_of, describe_tool, unit_of
+from stream_adapter.review.catalog import (
+    Catalog,
+    catalog_of,
+    describe_tool,
+    load_catalog,
+    unit_of,
+)
 from stream_adapter.review.decide import Decider, DecisionWriter
 from stream_adapter.review.listing import PAGE_SIZE, identical_calls, matches, page_of
 from stream_adapter.review.view import ApprovalsView, Seen
@@ -26,7 +34,6 @@ from stream_adapter.review.web import ReviewService, build_app
 from stream_adapter.settings import Settings
 from stream_adapter.tools import ToolRegistry
 from topologies.demo import TOOLS
-from topologies.demo import registry as demo_registry
 
 Http = test_utils.TestClient[web.Request, web.Application]
 TIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$")
@@ -87,15 +94,20 @@ def test_units_come_from_the_schema_or_the_name() -> None:
     assert unit_of("amount", {"unit": "EUR"}) == "EUR"
 
 
-def test_the_demo_catalog_holds_only_the_served_tools() -> None:
-    catalog = catalog_of(demo_registry, TOOLS)
+def test_the_catalog_holds_the_topology_s_served_tools_or_says_why_not() -> None:
+    catalog = load_catalog(Settings(broker="127.0.0.1:1"))
+    assert catalog.error is None
     assert set(catalog.tools) == set(TOOLS)
     assert "admin_reset" not in catalog.tools
     assert catalog.tools["echo"].any_keys
+    assert catalog.tools["send_invoice"].idempotent and catalog.tools["send_invoice"].confirm
+    broken = load_catalog(Settings(broker="127.0.0.1:1", topology="no_such_topology_module"))
+    assert broken.tools == {}
+    assert broken.error is not None and "no_such_topology_module" in broken.error
 
 
 def test_arguments_are_shown_against_the_schema_with_units_and_notes() -> None:
-    tool = catalog_of(demo_registry, TOOLS).tools["send_invoice"]
+    tool = catalog_of(topology_tools(topologies.demo)).tools["send_invoice"]
     rows = pages.argument_rows(record(arguments={"customer": "Acme", "amount_cents": 123456}), tool)
     assert [(r.name, r.value, r.type, r.unit) for r in rows] == [
         ("customer", '"Acme"', "string", None),
@@ -265,7 +277,7 @@ def service(tmp_path: Path) -> ReviewService:
         decider=Decider(view, DecisionWriter(settings)),
         reviewers=ReviewersFile(settings.reviewers_file),
         sessions=Sessions(b"s" * 32, ttl_s=600),
-        catalog=catalog_of(demo_registry, TOOLS),
+        catalog=catalog_of(topology_tools(topologies.demo)),
     )
 
 
