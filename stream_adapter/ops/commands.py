@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from typing import Any
+from urllib.parse import quote
 
 import click
 import orjson
@@ -83,7 +84,8 @@ def call(
         click.echo(orjson.dumps(reply).decode())
         if reply.get("status") == "pending_approval":
             approval = reply.get("approval_id", "")
-            note(f"pending approval {approval}: decide at {review_url(settings)}")
+            page = f"{review_url(settings)}approvals/{quote(approval, safe='')}"
+            note(f"pending approval {approval}: decide at {page}")
             note(f"  or: stream-adapter approvals decide {approval} --approve --reviewer NAME")
 
     result = run_client(

@@ -127,7 +127,7 @@ async def test_call_follows_pending_approval_to_the_final_reply(
     statuses = [r["status"] for r in ran.json_lines()]
     assert statuses == ["pending_approval", "ok"]
     # While it waited, stderr named the approval and where to decide it.
-    url = f"http://127.0.0.1:{settings.review_port}/"
+    url = f"http://127.0.0.1:{settings.review_port}/approvals/{approval_id}"  # its own page
     assert f"pending approval {approval_id}: decide at {url}" in ran.err, ran.err
     assert f"stream-adapter approvals decide {approval_id} --approve" in ran.err
 
