@@ -293,43 +293,94 @@ def history(record: ApprovalRecord, seen: Sequence[Seen]) -> list[Event]:
     if state is ApprovalState.DENIED:
         events.append(Event("replied", "The caller got an ApprovalDenied error reply", "bad"))
         return events
+    if record.resolution is not None:
+        events += _resolved(record)
     if state is ApprovalState.APPROVED:
         events.append(Event("queued", "Approved; the call has not started yet", "wait"))
         return events
-    if state not in (ApprovalState.RUNNING, ApprovalState.DONE):
+    if record.resolution == "ran":  # done by a person's finding, not by a run seen to end
+        events.append(_outcome_event(record, seen))
+        return events
+    if state not in (ApprovalState.RUNNING, ApprovalState.DONE, ApprovalState.UNKNOWN):
         events.append(Event(str(state), f"Now {state}"))
         return events
-    first = _seen_at(seen, ApprovalState.RUNNING)
+    events.append(_ran(record, seen))
+    if state is ApprovalState.RUNNING:
+        events.append(
+            Event("running", "No outcome yet: still running, or its worker died during the run")
+        )
+    elif state is ApprovalState.UNKNOWN:
+        events.append(_unknown(record))
+    else:
+        events.append(_outcome_event(record, seen))
+    return events
+
+
+def _ran(record: ApprovalRecord, seen: Sequence[Seen]) -> Event:
+    facts = [("Started by", record.started_by, True)] if record.started_by else []
     if record.runs > 1:
         title = f"Ran the call {record.runs} times (earlier runs died with their worker)"
         started = record.started_at
         untimed = None if started else "start time not recorded"
     else:
         title = "Ran the call"
-        started = record.started_at or first
+        started = record.started_at or _seen_at(seen, ApprovalState.RUNNING)
         untimed = None if started else "start time no longer on the topic"
-    events.append(Event("ran", title, "ok", started, untimed))
-    if state is ApprovalState.RUNNING:
-        events.append(
-            Event("running", "No outcome yet: still running, or its worker died during the run")
-        )
-        return events
+    return Event("ran", title, "ok", started, untimed, facts=facts)
+
+
+def _unknown(record: ApprovalRecord) -> Event:
+    return Event(
+        "unknown",
+        "Outcome unknown: the run ended with its worker, and it does not run again by itself",
+        "bad",
+        record.unknown_at,
+        facts=[
+            (
+                "To do",
+                "find out whether it ran, then resolve it: stream-adapter approvals resolve "
+                f"{record.approval_id} --ran (with --result) or --not-run (runs it once more)",
+                False,
+            )
+        ],
+    )
+
+
+def _resolved(record: ApprovalRecord) -> list[Event]:
+    """An unknown outcome and a person's finding about it."""
+    unknown = Event(
+        "unknown",
+        "Ran the call; its outcome was unknown (the run ended with its worker)",
+        "bad",
+        untimed="time not kept",
+    )
+    finding = "it ran" if record.resolution == "ran" else "it did not run: run it once more"
+    resolved = Event(
+        "resolved",
+        f"Resolved by {record.resolved_by or 'an unknown reviewer'}: {finding}",
+        "ok",
+        record.resolved_at,
+        facts=[("Reason", record.resolution_reason or "none given", False)],
+    )
+    return [unknown, resolved]
+
+
+def _outcome_event(record: ApprovalRecord, seen: Sequence[Seen]) -> Event:
     finished = _seen_at(seen, ApprovalState.DONE)
     untimed = None if finished else "end time no longer on the topic"
     reply = record.reply or {}
     if reply.get("status") == "ok":
         body = json.dumps(reply.get("result"), indent=2, ensure_ascii=False, sort_keys=True)
-        events.append(Event("outcome", "Finished: ok", "ok", finished, untimed, body=body))
-    else:
-        error = reply.get("error") or {}
-        facts = [
-            (label, str(error[key]), False)
-            for label, key in (("Kind", "kind"), ("Status", "status"), ("Detail", "detail"))
-            if key in error
-        ]
-        title = f"Failed: {error.get('kind', 'error')}"
-        events.append(Event("outcome", title, "bad", finished, untimed, facts=facts))
-    return events
+        title = "Finished: ok" + (" (as the reviewer reported)" if reply.get("resolved_by") else "")
+        return Event("outcome", title, "ok", finished, untimed, body=body)
+    error = reply.get("error") or {}
+    facts = [
+        (label, str(error[key]), False)
+        for label, key in (("Kind", "kind"), ("Status", "status"), ("Detail", "detail"))
+        if key in error
+    ]
+    title = f"Failed: {error.get('kind', 'error')}"
+    return Event("outcome", title, "bad", finished, untimed, facts=facts)
 
 
 # -- rendering --------------------------------------------------------------------------------

@@ -222,6 +222,46 @@ def test_history_of_a_call_run_again_uses_the_record_s_last_start() -> None:
     assert "worker died" in events[3].title
 
 
+def test_history_of_an_unknown_outcome_and_its_resolution() -> None:
+    decided = {"reviewer": "ann", "decided_at": "2024-01-01T00:05:00.000Z", "runs": 1}
+    unknown = record(
+        6,
+        state=ApprovalState.UNKNOWN,
+        started_at="2024-01-01T00:05:01.000Z",
+        started_by="host-1:42",
+        unknown_at="2024-01-01T00:20:00.000Z",
+        **decided,
+    )
+    events = pages.history(unknown, [])
+    assert [e.kind for e in events] == ["parked", "decided", "ran", "unknown"]
+    assert ("Started by", "host-1:42", True) in events[2].facts
+    assert events[3].at == "2024-01-01T00:20:00.000Z"
+    assert "approvals resolve appr_0006 --ran" in events[3].facts[0][1]
+    assert pages.outcome(unknown) == "approved, outcome unknown"
+
+    reported = record(
+        6,
+        state=ApprovalState.DONE,
+        resolution="ran",
+        resolved_by="bob",
+        resolved_at="2024-01-01T00:30:00.000Z",
+        resolution_reason="the bank shows it",
+        reply={"status": "ok", "result": {"wired": 5}, "resolved_by": "bob"},
+        **decided,
+    )
+    events = pages.history(reported, [])
+    assert [e.kind for e in events] == ["parked", "decided", "unknown", "resolved", "outcome"]
+    assert events[3].title == "Resolved by bob: it ran"
+    assert ("Reason", "the bank shows it", False) in events[3].facts
+    assert events[4].title == "Finished: ok (as the reviewer reported)"
+
+    again = reported.model_copy(
+        update={"state": ApprovalState.RUNNING, "resolution": "not_run", "reply": None, "runs": 2}
+    )
+    kinds = [e.kind for e in pages.history(again, [])]
+    assert kinds == ["parked", "decided", "unknown", "resolved", "ran", "running"]
+
+
 def test_history_without_the_compacted_versions_says_so() -> None:
     failed = record(
         2,
