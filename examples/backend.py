@@ -11,10 +11,10 @@ import functools
 import os
 from urllib.parse import urldefrag
 
-from stream_adapter import ApprovalStore, Executor, MemoryApprovalStore
-from topologies.demo import TOOLS, build_executor
+from stream_adapter import ApprovalStore, Backend, Executor, MemoryApprovalStore, build_backend
+from topologies.demo import TOOLS
 
-__all__ = ["STORE_ENV", "TOOLS", "executor", "store_from_url"]
+__all__ = ["STORE_ENV", "TOOLS", "backend", "build_backend", "executor", "store_from_url"]
 
 STORE_ENV = "STREAM_ADAPTER_APPROVAL_STORE"
 
@@ -34,6 +34,12 @@ def store_from_url(url: str) -> ApprovalStore:
 
 
 @functools.cache
-def executor() -> Executor:
+def backend() -> Backend:
     """Built once per process (per container on a function host), then reused warm."""
-    return build_executor(store_from_url(os.environ.get(STORE_ENV, "")))
+    store = store_from_url(os.environ.get(STORE_ENV, ""))
+    return build_backend(store=store, topology="topologies.demo")
+
+
+def executor() -> Executor:
+    """The process's executor: ``backend().executor``."""
+    return backend().executor

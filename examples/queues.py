@@ -34,6 +34,7 @@ __all__ = [
     "QueueMessage",
     "consume_once",
     "pubsub_push",
+    "pubsub_push_response",
     "tool_activity",
     "tool_job",
 ]
@@ -106,22 +107,30 @@ async def tool_activity(payload: Mapping[str, Any], *, activity_id: str = "") ->
     )
 
 
-async def pubsub_push(body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
-    """A Pub/Sub push request: ``(http_status, body)``; any non-2xx makes Pub/Sub redeliver.
+async def pubsub_push(body: Mapping[str, Any]) -> Reply:
+    """A Pub/Sub push request body (base64 ``data``, a stable ``messageId``) → the reply.
 
-    Configure a dead-letter topic with a maximum number of delivery attempts, so a message
-    that can never succeed ends there instead of being pushed forever.
+    Errors raise: ToolUsageError for a body that is not a push request, else the call's
+    AdapterError. ``pubsub_push_response`` turns both into an HTTP answer.
     """
     try:
         message = body["message"]
         data = base64.b64decode(message["data"], validate=True)
         message_id = str(message["messageId"])
     except (KeyError, TypeError, binascii.Error, ValueError):
-        return error_reply(ToolUsageError("not a Pub/Sub push body"))
+        raise ToolUsageError("not a Pub/Sub push body") from None
+    return await handle_envelope(
+        executor(), data, tools=TOOLS, message_id=message_id, source="pubsub"
+    )
+
+
+async def pubsub_push_response(body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+    """``pubsub_push`` as ``(http_status, body)``: 200 and the reply, or the problem's status.
+
+    Any non-2xx makes Pub/Sub push the message again. Configure a dead-letter topic with a
+    maximum number of delivery attempts, so a message that can never succeed ends there.
+    """
     try:
-        reply = await handle_envelope(
-            executor(), data, tools=TOOLS, message_id=message_id, source="pubsub"
-        )
+        return 200, await pubsub_push(body)
     except AdapterError as exc:
         return error_reply(exc)
-    return 200, reply

@@ -10,6 +10,7 @@ from stream_adapter.approvals import (
     Resolution,
     parse_decision,
 )
+from stream_adapter.backend import Backend, build_backend
 from stream_adapter.envelope import MAX_ENVELOPE_BYTES, Envelope, parse_envelope
 from stream_adapter.errors import (
     AdapterError,
@@ -50,6 +51,7 @@ __all__ = [
     "ApprovalState",
     "ApprovalStore",
     "AuthenticationFailed",
+    "Backend",
     "BrokerError",
     "CallContext",
     "CodecUnavailable",
@@ -74,6 +76,7 @@ __all__ = [
     "ToolRegistry",
     "ToolTimeout",
     "ToolUsageError",
+    "build_backend",
     "configure_logging",
     "current_call",
     "error_reply",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from stream_adapter._json import JSONError, check_value, loads
 from stream_adapter.errors import ToolUsageError
@@ -21,11 +22,11 @@ _CALL_KEYS = frozenset({"tool", "arguments", "run_id", "call_id"})
 _RESUME_KEYS = frozenset({"approval_id"})
 
 
-class Envelope(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Envelope:
     """A parsed envelope: a call (tool set) or a resume (approval_id set).
 
-    Immutable plain data like a frozen dataclass, but built in a third of the time (one
-    is built per message).
+    A frozen dataclass: ``dataclasses.replace`` works, and it never equals a plain tuple.
     """
 
     tool: str | None

@@ -19,6 +19,7 @@ from stream_adapter.approvals import (
     settled_reply,
     utc_now,
 )
+from stream_adapter.backend import Backend, executor_of
 from stream_adapter.envelope import Envelope, parse_envelope
 from stream_adapter.errors import (
     AdapterError,
@@ -210,7 +211,7 @@ async def _finish(store: ApprovalStore, record: ApprovalRecord, reply: Reply) ->
 
 
 async def record_decision(
-    executor: Executor,
+    executor: Executor | Backend,
     approval_id: str,
     *,
     reviewer: str,
@@ -219,8 +220,10 @@ async def record_decision(
 ) -> tuple[int, dict[str, Any]]:
     """Store a reviewer's decision: (200, record), (404, problem) or (409, problem).
 
-    The reviewer must come from the caller's credential, never from a request body.
+    Takes the executor or the Backend holding it. The reviewer must come from the caller's
+    credential, never from a request body.
     """
+    executor = executor_of(executor)
     store = _store(executor, None)
     try:
         decision = Decision(

@@ -167,6 +167,7 @@ class ToolRegistry:
         timeout_s: float | None = None,
         retry_on: tuple[type[BaseException], ...] = (),
         idempotent: bool = False,
+        timeout: float | None = None,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -177,8 +178,16 @@ class ToolRegistry:
         timeout_s: float | None = None,
         retry_on: tuple[type[BaseException], ...] = (),
         idempotent: bool = False,
+        timeout: float | None = None,
     ) -> Any:
-        """Register a function as a tool, bare (``@tool``) or with options."""
+        """Register a function as a tool, bare (``@tool``) or with options.
+
+        ``timeout`` is accepted as another spelling of ``timeout_s`` (seconds); give one.
+        """
+        if timeout is not None:
+            if timeout_s is not None:
+                raise TypeError("pass timeout_s or timeout, not both")
+            timeout_s = timeout
         if callable(name):
             fn = name
             self.register(Tool(fn.__name__, fn))

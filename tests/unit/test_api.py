@@ -9,6 +9,7 @@ import stream_adapter
 
 CORE_MODULES = [
     "approvals",
+    "backend",
     "envelope",
     "errors",
     "executor",
@@ -36,6 +37,7 @@ MODULE_LEVEL_ONLY = {
     "MAX_RESULT_BYTES",
     "MAX_DECISION_BYTES",
     "Step",
+    "executor_of",
     "apply_decision",
     "begin_run",
     "rerun",
@@ -90,6 +92,8 @@ CONTRACT_NAMES = {
     "ApprovalStore",
     "MemoryApprovalStore",
     "SQLiteApprovalStore",
+    "Backend",
+    "build_backend",
 }
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from examples import queues, serverless
 from examples.backend import executor
-from stream_adapter import ToolNotFound, record_decision
+from stream_adapter import ToolFailed, ToolNotFound, ToolUsageError, record_decision
 from stream_adapter.ids import derive_ids
 from tests.fake_queue import FakeQueue
 
@@ -113,14 +113,29 @@ def push_body(data: bytes, message_id: str) -> dict[str, Any]:
     }
 
 
-async def test_pubsub_push() -> None:
+async def test_pubsub_push_returns_the_reply_and_raises_errors() -> None:
     message_id = str(uuid.uuid4().int)[:16]
-    status, reply = await queues.pubsub_push(push_body(envelope("echo", y=2).encode(), message_id))
-    assert status == 200 and reply["result"] == {"y": 2}
+    reply = await queues.pubsub_push(push_body(envelope("echo", y=2).encode(), message_id))
+    assert reply["status"] == "ok" and reply["result"] == {"y": 2}
     assert reply["call_id"] == derive_ids(message_id, "pubsub")[1]
-    status, problem = await queues.pubsub_push({"message": {"data": "%%%"}})
+    with pytest.raises(ToolUsageError):
+        await queues.pubsub_push({"message": {"data": "%%%"}})
+    with pytest.raises(ToolFailed) as caught:
+        await queues.pubsub_push(
+            push_body(envelope("flaky", key=unique(), fail_times=1).encode(), unique())
+        )
+    assert caught.value.retryable
+
+
+async def test_pubsub_push_response() -> None:
+    message_id = str(uuid.uuid4().int)[:16]
+    status, reply = await queues.pubsub_push_response(
+        push_body(envelope("echo", y=2).encode(), message_id)
+    )
+    assert status == 200 and reply["result"] == {"y": 2}
+    status, problem = await queues.pubsub_push_response({"message": {"data": "%%%"}})
     assert status == 400 and problem["kind"] == "ToolUsageError"
-    status, problem = await queues.pubsub_push(
+    status, problem = await queues.pubsub_push_response(
         push_body(envelope("flaky", key=unique(), fail_times=1).encode(), unique())
     )
     assert status == 500 and problem["retryable"]  # non-2xx: Pub/Sub pushes it again
