@@ -39,6 +39,7 @@ from stream_adapter.stores import MemoryApprovalStore, SQLiteApprovalStore
 from stream_adapter.tools import CallContext, Tool, ToolRegistry, current_call
 
 if TYPE_CHECKING:
+    from stream_adapter.http import create_app
     from stream_adapter.stores import RedisApprovalStore, SQLApprovalStore
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "ToolUsageError",
     "build_backend",
     "configure_logging",
+    "create_app",
     "current_call",
     "error_reply",
     "handle_envelope",
@@ -92,9 +94,17 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The shared stores load on first use: their extras (redis, sql) stay optional."""
+    """The shared stores and the HTTP server load on first use: their extras stay optional."""
     if name in ("RedisApprovalStore", "SQLApprovalStore"):
         from stream_adapter import stores
 
         return getattr(stores, name)
+    if name == "create_app":
+        try:
+            from stream_adapter.http import create_app
+        except ModuleNotFoundError as exc:
+            raise ImportError(
+                "create_app needs the 'http' extra: pip install 'stream-adapter[http]'"
+            ) from exc
+        return create_app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
