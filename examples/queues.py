@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
+import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from examples.backend import TOOLS, executor
 from stream_adapter import (
@@ -27,14 +29,19 @@ from stream_adapter import (
     handle_envelope,
 )
 
+if TYPE_CHECKING:
+    from stream_adapter.pubsub import PushVerifier
+
 __all__ = [
     "JOB_TIMEOUT_S",
     "RUNNER",
     "Queue",
     "QueueMessage",
     "consume_once",
+    "pubsub_endpoint",
     "pubsub_push",
     "pubsub_push_response",
+    "push_verifier",
     "tool_activity",
     "tool_job",
 ]
@@ -134,3 +141,35 @@ async def pubsub_push_response(body: Mapping[str, Any]) -> tuple[int, dict[str, 
         return 200, await pubsub_push(body)
     except AdapterError as exc:
         return error_reply(exc)
+
+
+PUBSUB_AUDIENCE_ENV = "STREAM_ADAPTER_PUBSUB_AUDIENCE"
+PUBSUB_ACCOUNT_ENV = "STREAM_ADAPTER_PUBSUB_SERVICE_ACCOUNT"
+PUBSUB_JWKS_ENV = "STREAM_ADAPTER_PUBSUB_JWKS_URL"
+
+
+@functools.cache
+def push_verifier() -> PushVerifier:
+    """The push subscription's audience and service account, from the environment."""
+    from stream_adapter.pubsub import GOOGLE_JWKS_URL, PushVerifier
+
+    return PushVerifier(
+        audience=os.environ[PUBSUB_AUDIENCE_ENV],
+        service_account_email=os.environ[PUBSUB_ACCOUNT_ENV],
+        jwks_url=os.environ.get(PUBSUB_JWKS_ENV, GOOGLE_JWKS_URL),
+    )
+
+
+async def pubsub_endpoint(
+    authorization: str | None, body: Mapping[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    """The push endpoint: verify the request's OIDC token, then run it; ``(status, body)``.
+
+    Give it the request's ``Authorization`` header and its JSON body. A request without a
+    valid token for the subscription's service account answers 401 or 403 and runs nothing.
+    """
+    try:
+        await push_verifier().verify(authorization)
+    except AdapterError as exc:
+        return error_reply(exc)
+    return await pubsub_push_response(body)
