@@ -40,7 +40,11 @@ from stream_adapter.tools import CallContext, Tool, ToolRegistry, current_call
 
 if TYPE_CHECKING:
     from stream_adapter.http import create_app
-    from stream_adapter.stores import RedisApprovalStore, SQLApprovalStore
+    from stream_adapter.stores import (
+        DynamoDBApprovalStore,
+        RedisApprovalStore,
+        SQLApprovalStore,
+    )
 
 __all__ = [
     "MAX_ENVELOPE_BYTES",
@@ -57,6 +61,7 @@ __all__ = [
     "CallContext",
     "CodecUnavailable",
     "Decision",
+    "DynamoDBApprovalStore",
     "Envelope",
     "Executor",
     "LoopLocal",
@@ -95,7 +100,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     """The shared stores and the HTTP server load on first use: their extras stay optional."""
-    if name in ("RedisApprovalStore", "SQLApprovalStore"):
+    if name in ("DynamoDBApprovalStore", "RedisApprovalStore", "SQLApprovalStore"):
         from stream_adapter import stores
 
         return getattr(stores, name)

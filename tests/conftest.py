@@ -18,7 +18,13 @@ from stream_adapter.broker import local, secure
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import create_topics
 from tests.harness import ROOT, Client, WorkerProcess, make_settings
-from tests.services import postgres_server, postgres_url, redis_namespace, redis_server  # noqa: F401
+from tests.services import (  # noqa: F401
+    dynamodb_server,
+    postgres_server,
+    postgres_url,
+    redis_namespace,
+    redis_server,
+)
 
 KAFKA_IMAGE = f"apache/kafka:{local.KAFKA_VERSION}"
 JARS_DIR = ROOT / ".kafka" / "libs"

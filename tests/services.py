@@ -1,7 +1,8 @@
-"""Session fixtures: a redis-server and a PostgreSQL cluster on free ports in temp dirs.
+"""Session fixtures: a redis-server, a PostgreSQL cluster and a DynamoDB emulator on free ports.
 
-Both come from Debian's packages (`scripts/services.sh install`). Without the binaries the
-tests that need them skip with the reason, except under CI=true, where they fail instead.
+Redis and PostgreSQL come from Debian's packages (`scripts/services.sh install`); the DynamoDB
+emulator is moto's standalone server (the `moto[server]` test dependency). Without the binaries
+the tests that need them skip with the reason, except under CI=true, where they fail instead.
 PostgreSQL refuses to run as root, so as root its cluster runs as the `postgres` user.
 """
 
@@ -13,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -185,3 +187,41 @@ def postgres_url(postgres_server: str) -> str:
 def redis_namespace() -> str:
     """A key namespace unique to this test."""
     return "t-" + uuid.uuid4().hex[:16]
+
+
+DYNAMODB_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "eu-west-1",
+}
+"""What the emulator is given: it accepts any credentials; these never reach a real account."""
+
+
+@pytest.fixture(scope="session")
+def dynamodb_server() -> Iterator[str]:
+    """moto's standalone server (a DynamoDB emulator, not DynamoDB); yields its endpoint URL.
+
+    Sets fake AWS credentials in this process's environment (child processes inherit them).
+    """
+    binary = shutil.which("moto_server", path=os.path.dirname(sys.executable))
+    if binary is None:
+        _missing("moto_server (pip install 'moto[server]')")
+    assert binary is not None
+    saved = {name: os.environ.get(name) for name in DYNAMODB_CREDENTIALS}
+    os.environ.update(DYNAMODB_CREDENTIALS)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [binary, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_until(lambda: _accepts(port), proc, "moto_server")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        _stop(proc)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

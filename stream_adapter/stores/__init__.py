@@ -6,9 +6,10 @@
 | `SQLiteApprovalStore` | the processes of one host | nothing |
 | `RedisApprovalStore` | every host reaching one Redis | the `redis` extra |
 | `SQLApprovalStore` | every host reaching one database (PostgreSQL, SQLite) | the `sql` extra |
+| `DynamoDBApprovalStore` | every host reaching one DynamoDB table | the `dynamodb` extra |
 
-The shared stores are imported lazily, so `import stream_adapter` never needs redis-py or
-SQLAlchemy.
+The shared stores are imported lazily, so `import stream_adapter` never needs redis-py,
+SQLAlchemy or aiobotocore.
 """
 
 from __future__ import annotations
@@ -20,12 +21,23 @@ from stream_adapter.stores.memory import MemoryApprovalStore
 from stream_adapter.stores.sqlite import SQLiteApprovalStore
 
 if TYPE_CHECKING:
+    from stream_adapter.stores.dynamodb import DynamoDBApprovalStore
     from stream_adapter.stores.redis import RedisApprovalStore
     from stream_adapter.stores.sql import SQLApprovalStore
 
-__all__ = ["MemoryApprovalStore", "RedisApprovalStore", "SQLApprovalStore", "SQLiteApprovalStore"]
+__all__ = [
+    "DynamoDBApprovalStore",
+    "MemoryApprovalStore",
+    "RedisApprovalStore",
+    "SQLApprovalStore",
+    "SQLiteApprovalStore",
+]
 
-_LAZY = {"RedisApprovalStore": "redis", "SQLApprovalStore": "sql"}
+_LAZY = {
+    "DynamoDBApprovalStore": "dynamodb",
+    "RedisApprovalStore": "redis",
+    "SQLApprovalStore": "sql",
+}
 """Store name → its module here, which is also the name of the extra it needs."""
 
 

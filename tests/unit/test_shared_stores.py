@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ __all__ = [
 
 ROOT = Path(__file__).parent.parent.parent
 STEPS = Path(__file__).parent / "shared_steps.py"
-KINDS = ["redis", "sql-postgres", "sql-sqlite"]
+KINDS = ["redis", "sql-postgres", "sql-sqlite", "dynamodb"]
 INVOICE = {"tool": "send_invoice", "arguments": {"customer": "acme", "amount_cents": 1250}}
 WIRE = {"tool": "wire_funds", "arguments": {"account": "acme", "amount_cents": 1250}}
 
@@ -61,6 +62,9 @@ def store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"{server}#{request.getfixturevalue('redis_namespace')}"
     if kind == "sql-postgres":
         return str(request.getfixturevalue("postgres_url"))
+    if kind == "dynamodb":  # moto's server: an emulator of DynamoDB's API, not DynamoDB
+        endpoint = request.getfixturevalue("dynamodb_server")
+        return f"dynamodb://t{uuid.uuid4().hex[:16]}?region=eu-west-1&endpoint_url={endpoint}"
     return f"sqlite+aiosqlite:///{tmp_path / 'approvals.db'}"
 
 
@@ -104,7 +108,7 @@ def invoke(env: dict[str, str], *calls: tuple[Any, str]) -> list[Any]:
     return list(step(env, "invoke", json.dumps(calls)))
 
 
-@pytest.mark.parametrize("kind", ["redis", "sql-postgres"])
+@pytest.mark.parametrize("kind", ["redis", "sql-postgres", "dynamodb"])
 def test_approvals_across_invocations_in_separate_processes(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
@@ -183,7 +187,11 @@ async def test_an_unreachable_store_is_a_retryable_broker_error(tmp_path: Path) 
     from tests.services import _free_port
 
     port = _free_port()
-    for url in (f"redis://127.0.0.1:{port}/0", f"postgresql+asyncpg://u@127.0.0.1:{port}/db"):
+    for url in (
+        f"redis://127.0.0.1:{port}/0",
+        f"postgresql+asyncpg://u@127.0.0.1:{port}/db",
+        f"dynamodb://t?region=eu-west-1&endpoint_url=http://127.0.0.1:{port}",
+    ):
         store = store_from_url(url)
         with pytest.raises(BrokerError) as caught:
             await store.get("appr_x")
@@ -195,6 +203,7 @@ def test_import_stream_adapter_needs_neither_redis_nor_sqlalchemy() -> None:
     code = (
         "import sys, stream_adapter, stream_adapter.stores; "
         "assert 'redis' not in sys.modules and 'sqlalchemy' not in sys.modules, 'eager'; "
+        "assert 'aiobotocore' not in sys.modules, 'eager'; "
         "from stream_adapter import SQLApprovalStore; assert 'sqlalchemy' in sys.modules"
     )
     subprocess.run(

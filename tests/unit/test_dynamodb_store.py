@@ -1,0 +1,132 @@
+"""What is particular to the DynamoDB store, against moto's standalone server (an emulator).
+
+The store contract (park, decide, claim, finish, list, concurrent claims across processes) runs
+in test_shared_stores.py with the other shared stores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from stream_adapter import BrokerError, ToolUsageError
+from stream_adapter.approvals import ApprovalState, Decision, new_record
+from stream_adapter.envelope import parse_envelope
+from stream_adapter.stores.dynamodb import STATE_INDEX, DynamoDBApprovalStore
+
+ROOT = Path(__file__).parent.parent.parent
+
+
+def a_table() -> str:
+    return f"t{uuid.uuid4().hex[:16]}"
+
+
+def a_record(arguments: str = '{"n":1}') -> object:
+    env = parse_envelope(
+        f'{{"tool":"pay","arguments":{arguments}}}'.encode(), message_id=uuid.uuid4().hex
+    )
+    return new_record(env, "pay", origin="queue")
+
+
+async def test_the_table_is_created_with_its_state_index(dynamodb_server: str) -> None:
+    table = a_table()
+    store = DynamoDBApprovalStore(table, region_name="eu-west-1", endpoint_url=dynamodb_server)
+    try:
+        record = await store.park(a_record())  # type: ignore[arg-type]
+        client = await store._client()
+        described = (await client.describe_table(TableName=table))["Table"]
+        assert [i["IndexName"] for i in described["GlobalSecondaryIndexes"]] == [STATE_INDEX]
+        assert [r.approval_id for r in await store.list(ApprovalState.PENDING)] == [
+            record.approval_id
+        ]
+        assert await store.list(ApprovalState.DONE) == []
+    finally:
+        await store.aclose()
+
+
+def test_processes_creating_the_table_at_once_all_succeed(dynamodb_server: str) -> None:
+    table = a_table()
+    code = (
+        "import asyncio, sys\n"
+        "from stream_adapter.stores.dynamodb import DynamoDBApprovalStore\n"
+        "async def main():\n"
+        "    store = DynamoDBApprovalStore(sys.argv[1], region_name='eu-west-1',\n"
+        "                                  endpoint_url=sys.argv[2])\n"
+        "    print(await store.get('missing'))\n"
+        "    await store.aclose()\n"
+        "asyncio.run(main())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, table, dynamodb_server],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outputs = [child.communicate(timeout=120) for child in children]
+    assert [child.returncode for child in children] == [0] * 4, [err for _, err in outputs]
+    assert [out.strip() for out, _ in outputs] == ["None"] * 4
+
+
+async def test_a_missing_table_is_unavailable_when_creation_is_off(dynamodb_server: str) -> None:
+    store = DynamoDBApprovalStore(
+        a_table(), region_name="eu-west-1", endpoint_url=dynamodb_server, create_table=False
+    )
+    try:
+        with pytest.raises(BrokerError) as caught:
+            await store.get("appr_x")
+        assert caught.value.retryable
+    finally:
+        await store.aclose()
+
+
+async def test_a_record_over_the_item_limit_is_a_clear_413(dynamodb_server: str) -> None:
+    store = DynamoDBApprovalStore(a_table(), region_name="eu-west-1", endpoint_url=dynamodb_server)
+    try:
+        big = a_record('{"blob":"' + "x" * 500_000 + '"}')
+        with pytest.raises(ToolUsageError) as caught:
+            await store.park(big)  # type: ignore[arg-type]
+        assert caught.value.status == 413 and not caught.value.retryable
+        assert "400 KB" in caught.value.detail
+        small = await store.park(a_record())  # type: ignore[arg-type]
+        await store.decide(
+            small.approval_id,
+            Decision(approval_id=small.approval_id, approved=True, reviewer="ann"),
+        )
+        _, won = await store.claim(small.approval_id)
+        assert won
+        with pytest.raises(ToolUsageError):  # a reply too big to keep: said plainly
+            await store.finish(small.approval_id, {"status": "ok", "result": "y" * 500_000})
+        assert (await store.get(small.approval_id)).state is ApprovalState.RUNNING  # type: ignore[union-attr]
+    finally:
+        await store.aclose()
+
+
+async def test_clients_are_per_loop_and_closed_by_aclose(dynamodb_server: str) -> None:
+    store = DynamoDBApprovalStore(a_table(), region_name="eu-west-1", endpoint_url=dynamodb_server)
+    await store.get("x")
+    first = await store._client()
+
+    def in_another_loop() -> object:
+        async def use() -> object:
+            await store.get("x")
+            client = await store._client()
+            await store.aclose()
+            return client
+
+        return asyncio.run(use())
+
+    other = await asyncio.to_thread(in_another_loop)
+    assert other is not first
+    await store.aclose()
+    assert len(store._conns) == 0
