@@ -90,14 +90,15 @@ RUNNER = LoopRunner(name="jobs-loop")
 JOB_TIMEOUT_S = 60.0
 
 
-def tool_job(payload: Mapping[str, Any], *, job_id: str = "") -> Reply:
-    """A sync job body (RQ, Dramatiq, Huey): errors raise, so the job runner records them.
+def tool_job(payload: Mapping[str, Any], *, job_id: str = "", source: str = "job") -> Reply:
+    """A sync job body (RQ, Dramatiq, Huey, Celery): errors raise, so the runner records them.
 
     Pass the job's id as job_id when the runner retries a job under the same id: a retried
-    confirm call then finds its own approval instead of asking twice.
+    confirm call then finds its own approval instead of asking twice. Use one source per
+    job runner.
     """
     return RUNNER.run(
-        lambda: handle_envelope(executor(), payload, tools=TOOLS, message_id=job_id, source="job"),
+        lambda: handle_envelope(executor(), payload, tools=TOOLS, message_id=job_id, source=source),
         timeout=JOB_TIMEOUT_S,
     )
 
