@@ -18,6 +18,8 @@ for tool in java mvn; do
 done
 # redis-server and PostgreSQL for the shared approval-store tests (apt, only when missing).
 bash scripts/services.sh install
+# Temporal's CLI dev server for the Temporal recipe's test (built from its Go module once).
+bash scripts/temporal.sh install
 # Debian's Chromium for the review service's browser test (Playwright drives it).
 bash scripts/browser.sh install
 # Fetch the broker's jars once (cached in .kafka/libs), so no test pays for it.

@@ -174,6 +174,16 @@ async def test_the_workflow_on_the_dev_server(cli: str, ledger: Path) -> None:
         approval_id = await until(lambda: approved.query(ToolCallWorkflow.approval_id))
         denied_id = await until(lambda: denied.query(ToolCallWorkflow.approval_id))
         await approved.signal(ToolCallWorkflow.decided)  # before any decision: it waits again
+
+        async def early_resume_done() -> bool | None:
+            done = [
+                e
+                async for e in approved.fetch_history_events()
+                if e.HasField("activity_task_completed_event_attributes")
+            ]
+            return True if len(done) == 2 else None  # the call, then the early resume
+
+        await until(early_resume_done)
         status, _ = await record_decision(backend(), approval_id, reviewer="ann", approved=True)
         assert status == 200
         status, _ = await record_decision(backend(), denied_id, reviewer="ann", approved=False)
