@@ -35,7 +35,7 @@ from stream_adapter.errors import (
     problem,
 )
 from stream_adapter.executor import Executor
-from stream_adapter.handler import handle_envelope, record_decision
+from stream_adapter.handler import handle_envelope, record_decision, resolve_outcome
 from stream_adapter.http.credentials import BearerTokens
 from stream_adapter.replies import Reply, ok_reply
 from stream_adapter.review.auth import Forbidden, ReviewersFile, Unauthenticated
@@ -59,6 +59,16 @@ class _DecisionBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     approved: bool
+    reason: str | None = Field(default=None, max_length=4096)
+
+
+class _ResolutionBody(BaseModel):
+    """A reviewer's finding about an unknown outcome: did the call run (and with what)?"""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ran: bool
+    result: Any = None
     reason: str | None = Field(default=None, max_length=4096)
 
 
@@ -173,6 +183,22 @@ class ToolServer:
             reason=body.reason,
         )
 
+    async def resolve(
+        self, approval_id: str, reviewer: str, body: _ResolutionBody
+    ) -> tuple[int, dict[str, Any]]:
+        """resolve_outcome as reviewer: 200 record, 404, 409; 403 on one's own call."""
+        record = await self._record(approval_id)
+        if record.source == self.source_of(reviewer):
+            raise Forbidden("a caller cannot resolve its own call", approval_id=approval_id)
+        return await resolve_outcome(
+            self.executor,
+            approval_id,
+            reviewer=reviewer,
+            ran=body.ran,
+            result=body.result,
+            reason=body.reason,
+        )
+
     # -- helpers ------------------------------------------------------------------------------
 
     def _store(self) -> ApprovalStore:
@@ -199,6 +225,13 @@ class ToolServer:
         aclose = getattr(self.executor.store, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def _answer(status: int, body: dict[str, Any]) -> Response:
+    """A (status, body) pair of record_decision or resolve_outcome as a response."""
+    if status != 200:
+        return Response(orjson.dumps(body), status, media_type="application/problem+json")
+    return _json(body)
 
 
 def _record_json(record: ApprovalRecord) -> dict[str, Any]:
@@ -283,9 +316,19 @@ def _routes(server: ToolServer) -> list[Route]:
                 'the body is {"approved": bool, "reason"?: str}; the reviewer comes from the token'
             ) from None
         status, answer = await server.decide(request.path_params["approval_id"], reviewer, body)
-        if status != 200:
-            return Response(orjson.dumps(answer), status, media_type="application/problem+json")
-        return _json(answer)
+        return _answer(status, answer)
+
+    async def resolve(request: Request, reviewer: str) -> Response:
+        raw = await _body(request, MAX_ENVELOPE_BYTES)
+        try:
+            body = _ResolutionBody.model_validate_json(raw)
+        except ValidationError:
+            raise ToolUsageError(
+                'the body is {"ran": bool, "result"?: any, "reason"?: str}; '
+                "the reviewer comes from the token"
+            ) from None
+        status, answer = await server.resolve(request.path_params["approval_id"], reviewer, body)
+        return _answer(status, answer)
 
     return [
         Route("/tools", _route(server, "caller", list_tools), methods=["GET"]),
@@ -304,6 +347,11 @@ def _routes(server: ToolServer) -> list[Route]:
         Route(
             "/approvals/{approval_id}/decision",
             _route(server, "reviewer", decide),
+            methods=["POST"],
+        ),
+        Route(
+            "/approvals/{approval_id}/resolution",
+            _route(server, "reviewer", resolve),
             methods=["POST"],
         ),
     ]
@@ -354,6 +402,7 @@ def create_app(
     | ``GET /approvals[?state=]`` | reviewer | this server's approvals, oldest first |
     | ``GET /approvals/{id}`` | reviewer | one approval |
     | ``POST /approvals/{id}/decision`` | reviewer | ``{"approved", "reason"?}`` |
+    | ``POST /approvals/{id}/resolution`` | reviewer | an unknown outcome: ``{"ran", "result"?}`` |
 
     Answers are replies (200) or RFC 9457 problems with the error's status.
     """

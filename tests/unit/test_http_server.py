@@ -25,6 +25,7 @@ import pytest
 
 from examples.backend import store_from_url
 from stream_adapter import (
+    ApprovalState,
     MemoryApprovalStore,
     ToolUsageError,
     build_backend,
@@ -152,6 +153,7 @@ async def test_every_route_needs_the_right_token(server: Server, http: httpx.Asy
         ("GET", "/approvals", server.reviewer, server.agent),
         ("GET", "/approvals/appr_x", server.reviewer, server.agent),
         ("POST", "/approvals/appr_x/decision", server.reviewer, server.agent),
+        ("POST", "/approvals/appr_x/resolution", server.reviewer, server.agent),
     ]
     for method, path, _right, wrong in routes:
         for headers in ({}, bearer("sa1.nope.nope"), bearer(wrong), {"Authorization": "Basic x"}):
@@ -281,6 +283,46 @@ async def test_a_denied_call_answers_403_and_never_runs(
     assert answer.status_code == 403 and answer.json()["kind"] == "ApprovalDenied"
     assert "not this customer" not in answer.text  # the reason stays with the reviewers
     assert ledger_calls(server, parked["call_id"]) == 0
+
+
+async def test_an_unknown_outcome_is_resolved_by_a_reviewer(
+    server: Server, http: httpx.AsyncClient
+) -> None:
+    """A run that died with its server: not repeated (wire_funds is not idempotent) until a
+    reviewer finds it did not run; then the caller's resume runs it, once."""
+    call = {"tool": "wire_funds", "arguments": {"account": uuid.uuid4().hex, "amount_cents": 5}}
+    parked = (await http.post("/calls", headers=bearer(server.agent), json=call)).json()
+    approval_id = parked["approval_id"]
+    resume = f"/approvals/{approval_id}/resume"
+    resolution = f"/approvals/{approval_id}/resolution"
+    await http.post(
+        f"/approvals/{approval_id}/decision",
+        headers=bearer(server.reviewer),
+        json={"approved": True},
+    )
+    early = await http.post(resolution, headers=bearer(server.reviewer), json={"ran": False})
+    assert early.status_code == 409  # only an unknown outcome is resolved
+    # The server died mid-run long ago: the record is running, started 20 minutes back.
+    store = store_from_url(server.store_url)
+    try:
+        running, won = await store.claim(approval_id)
+        assert won
+        stale = running.model_copy(update={"started_at": "2000-01-01T00:00:00.000Z"})
+        assert await store._swap(stale, ApprovalState.RUNNING)  # type: ignore[attr-defined]
+    finally:
+        await store.aclose()  # type: ignore[attr-defined]
+    unknown = (await http.post(resume, headers=bearer(server.agent))).json()
+    assert unknown["status"] == "already_done" and unknown["outcome"] == "unknown"
+    assert ledger_calls(server, parked["call_id"]) == 0  # never repeated on its own
+    bad = await http.post(resolution, headers=bearer(server.reviewer), json={"ran": "no"})
+    assert bad.status_code == 400
+    resolved = await http.post(resolution, headers=bearer(server.reviewer), json={"ran": False})
+    assert resolved.status_code == 200 and resolved.json()["state"] == "approved"
+    again = await http.post(resolution, headers=bearer(server.reviewer), json={"ran": True})
+    assert again.status_code == 409
+    ran = await http.post(resume, headers=bearer(server.agent))
+    assert ran.json()["status"] == "ok"
+    assert ledger_calls(server, parked["call_id"]) == 1
 
 
 async def test_nobody_decides_their_own_call(server: Server, http: httpx.AsyncClient) -> None:
