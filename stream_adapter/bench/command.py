@@ -34,8 +34,15 @@ from stream_adapter.settings import Settings
 @click.option(
     "--skip",
     multiple=True,
-    type=click.Choice(["baseline", "eos", "quix", "sleep"]),
-    help="Leave a contender out (repeatable).",
+    type=click.Choice(["baseline", "eos", "quix", "quix-eos", "sleep"]),
+    help="Leave a contender out (repeatable; quix-eos: Quix Streams exactly once only).",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1),
+    default=default("rounds"),
+    show_default=True,
+    help="Interleaved rounds: every contender once per round; figures are medians.",
 )
 @click.option(
     "--paced-s",
@@ -74,12 +81,14 @@ def bench(
     partitions: int,
     out: Path,
     skip: tuple[str, ...],
+    rounds: int,
     paced_s: float,
     paced_fractions: tuple[float, ...],
     warm_paced_s: float,
     own_broker: bool | None,
 ) -> None:
-    """Measure the worker side by side with an aiokafka loop and a Quix Streams app."""
+    """Measure the worker side by side with an aiokafka loop and Quix Streams apps, in
+    interleaved rounds."""
     from stream_adapter.bench.run import print_table, run_bench, write_outputs
     from stream_adapter.broker import local
 
@@ -119,6 +128,7 @@ def bench(
                 partitions=partitions,
                 out=out,
                 skip=frozenset(skip),
+                rounds=rounds,
                 paced_s=paced_s,
                 paced_fractions=paced_fractions,
                 warm_paced_s=warm_paced_s,
@@ -127,7 +137,7 @@ def bench(
         finally:
             if config is not None:
                 local.stop(config)
-    print_table(results, say=click.echo)
+    print_table(cfg, results, say=click.echo)
     json_path, png_path = write_outputs(cfg, results)
     minutes = (time.monotonic() - started) / 60
     by_name = {r.name: r for r in results}
