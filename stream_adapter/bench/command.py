@@ -87,8 +87,10 @@ def bench(
     warm_paced_s: float,
     own_broker: bool | None,
 ) -> None:
-    """Measure the worker side by side with an aiokafka loop and Quix Streams apps, in
-    interleaved rounds."""
+    """Measure the worker side by side with an aiokafka loop and Quix Streams apps.
+
+    Every contender runs once per round, the rounds interleaved; figures are medians."""
+    from stream_adapter.bench import summary
     from stream_adapter.bench.run import print_table, run_bench, write_outputs
     from stream_adapter.broker import local
 
@@ -140,16 +142,18 @@ def bench(
     print_table(cfg, results, say=click.echo)
     json_path, png_path = write_outputs(cfg, results)
     minutes = (time.monotonic() - started) / 60
-    by_name = {r.name: r for r in results}
-    worker = by_name.get("worker")
-    headline = worker.headline if worker is not None else None
+    speed = summary.throughput(results)
+    curves = summary.latency(results)
+    worker = speed.get("worker")
+    headline = curves["worker"][-1] if "worker" in curves else None
     figure = (
-        f"worker {worker.calls_per_s:,.0f} calls/s"
-        + (f", p99 {headline.p99_ms:.1f} ms at {headline.rate:,.0f}/s" if headline else "")
+        f"worker {worker.median:,.0f} calls/s"
+        + (f", p99 {headline.p99_ms.median:.1f} ms at {headline.rate:,.0f}/s" if headline else "")
         if worker is not None
         else "no worker figure"
     )
     click.echo(
-        f"bench done: {len(results)} contender(s) in {minutes:.1f} min; {figure}; "
+        f"bench done: {len(speed)} contender(s), {len(results)} round(s) in {minutes:.1f} min; "
+        f"medians: {figure}; "
         f"wrote {json_path} and {png_path}"
     )
