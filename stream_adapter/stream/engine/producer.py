@@ -161,7 +161,7 @@ class BatchSender:
     def __init__(self, app: Any) -> None:
         self._app = app
         self._producer = app.producer._ensure_producer()
-        self.exactly_once: bool = app.commit_gate is not None
+        self.exactly_once: bool = getattr(app, "commit_gate", None) is not None
 
     def batch(self, size_bytes: int, *, transactional: bool = False) -> RecordBatch:
         """An empty batch of size_bytes, compressed as the producer compresses (a
