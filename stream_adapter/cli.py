@@ -49,7 +49,7 @@ LAZY = {
     ),
     "bench": Lazy(
         "stream_adapter.bench.command:bench",
-        "Measure the worker side by side with an aiokafka loop and a Quix Streams app.",
+        "Measure the worker side by side with an aiokafka loop and Quix Streams apps.",
     ),
     "call": Lazy(
         "stream_adapter.ops.commands:call",

@@ -10,6 +10,10 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "STREAM_ADAPTER_"
+COMMIT_INTERVAL_S = {"at_least_once": 0.5, "exactly_once": 0.1}
+"""How often a worker commits, by processing guarantee. Exactly once, a reply is visible to a
+`read_committed` reader only when its transaction commits, so the interval bounds the
+reply's latency; at least once it bounds only what a crash answers twice (docs/bench.md)."""
 _TOPIC_ROLES = ("calls", "replies", "decisions", "approvals", "dlq")
 _TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 _SECRET_HELP = "prefer the environment variable: command lines are visible to others"

@@ -34,8 +34,15 @@ from stream_adapter.settings import Settings
 @click.option(
     "--skip",
     multiple=True,
-    type=click.Choice(["baseline", "eos", "quix", "sleep"]),
-    help="Leave a contender out (repeatable).",
+    type=click.Choice(["baseline", "eos", "quix", "quix-eos", "sleep"]),
+    help="Leave a contender out (repeatable; quix-eos: Quix Streams exactly once only).",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1),
+    default=default("rounds"),
+    show_default=True,
+    help="Interleaved rounds: every contender once per round; figures are medians.",
 )
 @click.option(
     "--paced-s",
@@ -74,12 +81,16 @@ def bench(
     partitions: int,
     out: Path,
     skip: tuple[str, ...],
+    rounds: int,
     paced_s: float,
     paced_fractions: tuple[float, ...],
     warm_paced_s: float,
     own_broker: bool | None,
 ) -> None:
-    """Measure the worker side by side with an aiokafka loop and a Quix Streams app."""
+    """Measure the worker side by side with an aiokafka loop and Quix Streams apps.
+
+    Every contender runs once per round, the rounds interleaved; figures are medians."""
+    from stream_adapter.bench import summary
     from stream_adapter.bench.run import print_table, run_bench, write_outputs
     from stream_adapter.broker import local
 
@@ -119,6 +130,7 @@ def bench(
                 partitions=partitions,
                 out=out,
                 skip=frozenset(skip),
+                rounds=rounds,
                 paced_s=paced_s,
                 paced_fractions=paced_fractions,
                 warm_paced_s=warm_paced_s,
@@ -127,19 +139,21 @@ def bench(
         finally:
             if config is not None:
                 local.stop(config)
-    print_table(results, say=click.echo)
+    print_table(cfg, results, say=click.echo)
     json_path, png_path = write_outputs(cfg, results)
     minutes = (time.monotonic() - started) / 60
-    by_name = {r.name: r for r in results}
-    worker = by_name.get("worker")
-    headline = worker.headline if worker is not None else None
+    speed = summary.throughput(results)
+    curves = summary.latency(results)
+    worker = speed.get("worker")
+    headline = curves["worker"][-1] if "worker" in curves else None
     figure = (
-        f"worker {worker.calls_per_s:,.0f} calls/s"
-        + (f", p99 {headline.p99_ms:.1f} ms at {headline.rate:,.0f}/s" if headline else "")
+        f"worker {worker.median:,.0f} calls/s"
+        + (f", p99 {headline.p99_ms.median:.1f} ms at {headline.rate:,.0f}/s" if headline else "")
         if worker is not None
         else "no worker figure"
     )
     click.echo(
-        f"bench done: {len(results)} contender(s) in {minutes:.1f} min; {figure}; "
+        f"bench done: {len(speed)} contender(s), {len(results)} round(s) in {minutes:.1f} min; "
+        f"medians: {figure}; "
         f"wrote {json_path} and {png_path}"
     )

@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from stream_adapter.settings import COMMIT_INTERVAL_S
+
 
 @dataclass(frozen=True, slots=True)
 class BenchConfig:
@@ -23,6 +25,12 @@ class BenchConfig:
     the headline figure."""
     warm_paced_s: float = 90.0
     sleep_calls_per_slot: int = 40
+    rounds: int = 3
+    """Every contender runs once per round, in the same order (A B C D, A B C D, ...); each
+    figure and ratio is the median of its per-round values, with min and max."""
+    quix_eos_intervals_s: tuple[float, ...] = (5.0, COMMIT_INTERVAL_S["exactly_once"])
+    """Quix Streams exactly once at these checkpoint intervals: its default, and the
+    worker's commit interval."""
 
 
 def default(name: str) -> Any:

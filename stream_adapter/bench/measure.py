@@ -1,4 +1,11 @@
-"""Measuring one contender: pre-produce a backlog, time its replies, then a paced latency run."""
+"""Measuring one contender: pre-produce a backlog, time its replies, then paced latency runs.
+
+A backlog's throughput runs from the contender's first reply reaching the log (the broker's
+append time: replies topics use `LogAppendTime`) to its last reply becoming visible to the
+reader. The first append follows the contender's first fetch by one call's work, or one fetch
+round's for contenders that batch; the last visibility includes the commit of contenders that
+publish in transactions, so one that answers in bursts is not measured from its first burst.
+"""
 
 from __future__ import annotations
 
@@ -44,6 +51,8 @@ class Result:
     latency: tuple[Latency, ...]
     peak_rss_mb: float
     ideal_per_s: float | None = None
+    load_1m: float = 0.0
+    """The machine's one-minute load average when the backlog was done (its conditions)."""
 
     @property
     def headline(self) -> Latency | None:
@@ -72,10 +81,22 @@ class Contender:
     read_committed: bool = False
 
 
-async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+LOG_APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
+"""Replies topics' records carry the broker's append time (the start of a backlog's span)."""
+
+
+async def create_topics(
+    bootstrap: str, names: list[str], partitions: int, *, appended: frozenset[str] = frozenset()
+) -> None:
+    """Create topics; those in `appended` stamp records with the broker's append time."""
     settings = load_settings(bootstrap)
     async with kafka_clients.started(settings, kafka_clients.admin(settings)) as admin:
-        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+        await admin.create_topics(
+            [
+                NewTopic(n, partitions, 1, topic_configs=LOG_APPEND_TIME if n in appended else {})
+                for n in names
+            ]
+        )
 
 
 def echo_envelope(i: int) -> bytes:
@@ -104,7 +125,10 @@ async def produce(
 
 
 class Replies:
-    """Reads a replies topic from the beginning, counting and timing what arrives."""
+    """Reads a replies topic from the beginning, counting and timing what arrives.
+
+    `first_append` is the earliest broker append time seen (wall clock, s); `last` the wall
+    time the latest reply was read."""
 
     def __init__(self, bootstrap: str, topic: str, *, read_committed: bool) -> None:
         self.consumer = kafka_clients.consumer(
@@ -115,7 +139,7 @@ class Replies:
             isolation_level="read_committed" if read_committed else "read_uncommitted",
         )
         self.count = 0
-        self.first: float | None = None
+        self.first_append: float | None = None
         self.last: float = 0.0
         self.latencies_ms: list[float] = []
 
@@ -130,12 +154,17 @@ class Replies:
         deadline = time.monotonic() + timeout_s
         while self.count < total and time.monotonic() < deadline:
             batches = await self.consumer.getmany(timeout_ms=200, max_records=20000)
-            now_wall, now = time.time(), time.monotonic()
+            now_wall = time.time()
             for records in batches.values():
-                if records and self.first is None:
-                    self.first = now
+                if not records:
+                    continue
+                head = records[0]
+                # Offsets grow with append times: a partition's first record is its earliest.
+                appended = head.timestamp / 1000 if head.timestamp_type == 1 else now_wall
+                if self.first_append is None or appended < self.first_append:
+                    self.first_append = appended
                 self.count += len(records)
-                self.last = now if records else self.last
+                self.last = now_wall
                 if timed:
                     for record in records:
                         sent = orjson.loads(record.value)["result"].get("t")
@@ -225,9 +254,10 @@ async def measure(
             bootstrap, contender.replies_topic, read_committed=contender.read_committed
         ) as replies:
             await replies.until(len(backlog), timeout_s)
-            assert replies.first is not None
-            span = max(replies.last - replies.first, MIN_SPAN_S)
+            assert replies.first_append is not None
+            span = max(replies.last - replies.first_append, MIN_SPAN_S)
             per_s = (replies.count - 1) / span if replies.count > 1 else 0.0
+            load_1m = os.getloadavg()[0]
             rates = paced_rates(per_s) if callable(paced_rates) else paced_rates
             for rate in sorted(rates):
                 replies.latencies_ms.clear()
@@ -243,7 +273,7 @@ async def measure(
         rss = _peak_rss_mb(proc.pid)
     finally:
         _stop(proc)
-    return Result(contender.name, len(backlog), per_s, tuple(latency), rss, ideal_per_s)
+    return Result(contender.name, len(backlog), per_s, tuple(latency), rss, ideal_per_s, load_1m)
 
 
 def _start(contender: Contender) -> subprocess.Popen[bytes]:

@@ -1,4 +1,5 @@
-"""Contender 4: a Quix Streams application doing the same envelope -> reply work."""
+"""Contenders 4 and 5: a Quix Streams application doing the same envelope -> reply work, at
+least once, or exactly once at a given checkpoint interval (`BENCH_COMMIT_INTERVAL_S`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ from quixstreams import Application
 
 
 def main() -> None:
+    exactly_once = os.environ.get("BENCH_GUARANTEE") == "exactly-once"
+    options: dict[str, Any] = {}
+    if "BENCH_COMMIT_INTERVAL_S" in os.environ:
+        options["commit_interval"] = float(os.environ["BENCH_COMMIT_INTERVAL_S"])
     app = Application(
         broker_address=os.environ["BENCH_BOOTSTRAP"],
         consumer_group=os.environ["BENCH_GROUP"],
         auto_offset_reset="earliest",
-        processing_guarantee="at-least-once",
+        processing_guarantee="exactly-once" if exactly_once else "at-least-once",
         state_dir=os.environ.get("BENCH_STATE_DIR", "quix-state"),
+        **options,
     )
     calls = app.topic(os.environ["BENCH_CALLS"], value_deserializer="json")
     replies = app.topic(os.environ["BENCH_REPLIES"], value_serializer="json")

@@ -1,4 +1,5 @@
-"""The whole benchmark: every contender against one broker, then a table, JSON and a chart."""
+"""The whole benchmark: every contender against one broker in interleaved rounds, then the
+medians of their per-round figures and ratios as a table, JSON and a chart."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import os
 import sys
 import uuid
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from stream_adapter.bench import summary
 from stream_adapter.bench.config import BenchConfig
 from stream_adapter.bench.measure import (
     Contender,
@@ -24,11 +27,50 @@ from stream_adapter.settings import Settings
 
 SLEEP_S = 0.05
 TARGET_P99_MS = 25.0
-"""The benchmark's latency target (p99 at half the worker's throughput), drawn on the chart."""
+"""The at-least-once latency target, drawn on the chart."""
+EOS_TARGET_P99_MS = 200.0
+"""The exactly-once latency target (at half its own rate), drawn on the chart."""
+
+AT_LEAST_ONCE = "at-least-once"
+EXACTLY_ONCE = "exactly-once"
 
 
-def _worker(cfg: BenchConfig, name: str, run_id: str, **settings: Any) -> Contender:
-    app_id = f"bench-{name}-{run_id}"
+def quix_eos_name(interval_s: float) -> str:
+    return f"quix-eos-{interval_s:g}s"
+
+
+def throughput_pairs(cfg: BenchConfig) -> list[tuple[str, str]]:
+    """The throughput ratios reported, numerator first."""
+    pairs = [
+        ("worker", "aiokafka-loop"),
+        ("worker", "quix-streams"),
+        ("worker-eos", "worker"),
+    ]
+    pairs += [("worker-eos", quix_eos_name(s)) for s in cfg.quix_eos_intervals_s]
+    return pairs
+
+
+def p99_pairs(cfg: BenchConfig) -> list[tuple[str, str]]:
+    """The p99 ratios reported, at each rate both sides were paced at."""
+    pairs = [("worker", "aiokafka-loop"), ("worker", "quix-streams")]
+    return pairs + [("worker-eos", quix_eos_name(s)) for s in cfg.quix_eos_intervals_s]
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One contender of a round: what runs, on which backlog, paced with which group."""
+
+    contender: Contender
+    backlog: list[bytes]
+    pace: str | None = None
+    """Contenders of one group are paced at the same rates: fractions of the first one's
+    throughput in the first round (the worker, or the worker at exactly once)."""
+    distinct_keys: bool = False
+    ideal_per_s: float | None = None
+
+
+def _worker(cfg: BenchConfig, name: str, tag: str, **settings: Any) -> Contender:
+    app_id = f"bench-{name}-{tag}"
     values = Settings.for_app(
         app_id,
         broker=cfg.bootstrap,
@@ -48,8 +90,10 @@ def _worker(cfg: BenchConfig, name: str, run_id: str, **settings: Any) -> Conten
     )
 
 
-def _module(cfg: BenchConfig, name: str, run_id: str, module: str) -> Contender:
-    prefix = f"bench-{name}-{run_id}"
+def _module(
+    cfg: BenchConfig, name: str, tag: str, module: str, *, extra: dict[str, str] | None = None
+) -> Contender:
+    prefix = f"bench-{name}-{tag}"
     env = {
         **os.environ,
         "BENCH_BOOTSTRAP": cfg.bootstrap,
@@ -58,32 +102,88 @@ def _module(cfg: BenchConfig, name: str, run_id: str, module: str) -> Contender:
         "BENCH_GROUP": prefix,
         "BENCH_STATE_DIR": str(cfg.out / "data" / prefix),
         "BENCH_LOG": str(cfg.out / f"{name}.log"),
+        **(extra or {}),
     }
     return Contender(
-        name, [sys.executable, "-m", module], env, f"{prefix}-calls", f"{prefix}-replies"
+        name,
+        [sys.executable, "-m", module],
+        env,
+        f"{prefix}-calls",
+        f"{prefix}-replies",
+        read_committed=(extra or {}).get("BENCH_GUARANTEE") == EXACTLY_ONCE,
     )
 
 
-async def run_bench(cfg: BenchConfig, say: Callable[[str], None] = print) -> list[Result]:
-    """Run every contender one after another; return their results in table order."""
+def plan(cfg: BenchConfig, run_id: str, round_no: int, echo: list[bytes]) -> list[Planned]:
+    """One round's contenders, in the order every round runs them."""
+    tag = f"{run_id}-{round_no}"
+    out = [Planned(_worker(cfg, "worker", tag), echo, AT_LEAST_ONCE)]
+    if "baseline" not in cfg.skip:
+        loop = _module(cfg, "aiokafka-loop", tag, "stream_adapter.bench.baseline")
+        out.append(Planned(loop, echo, AT_LEAST_ONCE))
+    if "quix" not in cfg.skip:
+        quix = _module(cfg, "quix-streams", tag, "stream_adapter.bench.quix")
+        out.append(Planned(quix, echo, AT_LEAST_ONCE))
+    if "eos" not in cfg.skip:
+        eos = _worker(cfg, "worker-eos", tag, processing_guarantee="exactly_once")
+        out.append(Planned(eos, echo, EXACTLY_ONCE))
+    if "quix" not in cfg.skip and "quix-eos" not in cfg.skip:
+        for interval_s in cfg.quix_eos_intervals_s:
+            name = quix_eos_name(interval_s)
+            extra = {"BENCH_GUARANTEE": EXACTLY_ONCE, "BENCH_COMMIT_INTERVAL_S": str(interval_s)}
+            contender = _module(cfg, name, tag, "stream_adapter.bench.quix", extra=extra)
+            out.append(Planned(contender, echo, EXACTLY_ONCE))
+    if "sleep" not in cfg.skip:
+        for limit in (64, 256):
+            n = limit * cfg.sleep_calls_per_slot
+            out.append(
+                Planned(
+                    _worker(cfg, f"sleep-{limit}", tag, max_in_flight=limit),
+                    [sleep_envelope(i, SLEEP_S) for i in range(n)],
+                    distinct_keys=True,
+                    ideal_per_s=limit / SLEEP_S,
+                )
+            )
+    return out
+
+
+Rounds = list[list[Result]]
+
+
+async def run_bench(cfg: BenchConfig, say: Callable[[str], None] = print) -> Rounds:
+    """Run every contender once per round, the rounds one after another; return each
+    round's results in the order they ran."""
     cfg.out.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:6]
     echo = [echo_envelope(i) for i in range(cfg.calls)]
-    results: list[Result] = []
+    rates: dict[str, list[float]] = {}  # by pacing group, fixed by the first round
 
-    async def one(contender: Contender, backlog: list[bytes], **kw: Any) -> Result:
+    async def one(planned: Planned, round_no: int) -> Result:
+        contender = planned.contender
         await create_topics(
-            cfg.bootstrap, [contender.calls_topic, contender.replies_topic], cfg.partitions
+            cfg.bootstrap,
+            [contender.calls_topic, contender.replies_topic],
+            cfg.partitions,
+            appended=frozenset({contender.replies_topic}),
         )
-        say(f"running {contender.name} ({len(backlog)} calls)")
-        result = await measure(contender, cfg.bootstrap, backlog, paced_s=cfg.paced_s, **kw)
+        say(f"round {round_no}: running {contender.name} ({len(planned.backlog)} calls)")
+        group = planned.pace
+        paced: Any = ()
+        if group is not None:
+            paced = rates.get(group) or (lambda per_s: [per_s * f for f in cfg.paced_fractions])
+        result = await measure(
+            contender,
+            cfg.bootstrap,
+            planned.backlog,
+            distinct_keys=planned.distinct_keys,
+            paced_rates=paced,
+            paced_s=cfg.paced_s,
+            ideal_per_s=planned.ideal_per_s,
+        )
+        if group is not None and group not in rates:
+            rates[group] = [lat.rate for lat in result.latency]
         say(f"  {result.calls_per_s:,.0f} calls/s")
-        results.append(result)
         return result
-
-    def own_rates(per_s: float) -> list[float]:
-        """The paced rates for a contender: fractions of its own measured throughput."""
-        return [per_s * f for f in cfg.paced_fractions]
 
     # A fresh broker's JVM is cold, for a backlog's big requests and for the paced phase's
     # small ones alike: the first contender would pay for its warm-up.
@@ -97,57 +197,37 @@ async def run_bench(cfg: BenchConfig, say: Callable[[str], None] = print) -> lis
         paced_rates=lambda r: [r * max(cfg.paced_fractions, default=0.5)],
         paced_s=cfg.warm_paced_s,
     )
-    worker = await one(_worker(cfg, "worker", run_id), echo, paced_rates=own_rates)
-    rates = [latency.rate for latency in worker.latency]
-    if "baseline" not in cfg.skip:
-        baseline = _module(cfg, "aiokafka-loop", run_id, "stream_adapter.bench.baseline")
-        await one(baseline, echo, paced_rates=rates)
-        results.insert(0, results.pop())
-    if "eos" not in cfg.skip:
-        await one(
-            _worker(cfg, "worker-eos", run_id, processing_guarantee="exactly_once"),
-            echo,
-            # Its own rates: at the worker's, far above its throughput, the latency would
-            # only say how fast its backlog grows.
-            paced_rates=own_rates,
-        )
-    if "quix" not in cfg.skip:
-        await one(
-            _module(cfg, "quix-streams", run_id, "stream_adapter.bench.quix"),
-            echo,
-            paced_rates=rates,
-        )
-    if "sleep" not in cfg.skip:
-        for limit in (64, 256):
-            n = limit * cfg.sleep_calls_per_slot
-            await one(
-                _worker(cfg, f"sleep-{limit}", run_id, max_in_flight=limit),
-                [sleep_envelope(i, SLEEP_S) for i in range(n)],
-                distinct_keys=True,
-                ideal_per_s=limit / SLEEP_S,
-            )
-    return results
+    rounds: Rounds = []
+    for round_no in range(1, cfg.rounds + 1):
+        rounds.append([await one(p, round_no) for p in plan(cfg, run_id, round_no, echo)])
+    return rounds
 
 
-def ratios(results: list[Result]) -> dict[str, float]:
-    """The ratios the issue asks for, where both sides were measured."""
-    by = {r.name: r for r in results}
-    out: dict[str, float] = {}
-    if "worker" in by and "aiokafka-loop" in by:
-        out["worker / aiokafka-loop"] = by["worker"].calls_per_s / by["aiokafka-loop"].calls_per_s
-    if "worker" in by and "quix-streams" in by:
-        out["worker / quix-streams"] = by["worker"].calls_per_s / by["quix-streams"].calls_per_s
-    for r in results:
-        if r.ideal_per_s:
-            out[f"{r.name} / ideal"] = r.calls_per_s / r.ideal_per_s
-    return out
+def figures(cfg: BenchConfig, rounds: Rounds) -> dict[str, Any]:
+    """The run's summary: medians with min and max over the rounds."""
+    return {
+        "throughput": summary.throughput(rounds),
+        "ratios": summary.ratios(rounds, throughput_pairs(cfg)),
+        "latency": summary.latency(rounds),
+        "p99_ratios": summary.p99_ratios(rounds, p99_pairs(cfg)),
+    }
 
 
-def write_outputs(cfg: BenchConfig, results: list[Result]) -> tuple[Path, Path]:
+def _plain(value: Any) -> Any:
+    if isinstance(value, summary.Spread | summary.RateSpread):
+        return asdict(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def write_outputs(cfg: BenchConfig, rounds: Rounds) -> tuple[Path, Path]:
     """bench.json and bench.png in the output folder."""
     data = {
-        "results": [r.to_json() for r in results],
-        "ratios": ratios(results),
+        "rounds": [[r.to_json() for r in one] for one in rounds],
+        **_plain(figures(cfg, rounds)),
         "calls": cfg.calls,
         "partitions": cfg.partitions,
         "cpus": os.cpu_count(),
@@ -155,81 +235,114 @@ def write_outputs(cfg: BenchConfig, results: list[Result]) -> tuple[Path, Path]:
     json_path = cfg.out / "bench.json"
     json_path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
     png_path = cfg.out / "bench.png"
-    _chart(results, png_path)
+    _chart(rounds, png_path)
     return json_path, png_path
 
 
-def _chart(results: list[Result], path: Path) -> None:
+def _chart(rounds: Rounds, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    names = [r.name for r in results]
-    left.barh(names, [r.calls_per_s for r in results], color="#4c72b0")
-    for r in results:
-        if r.ideal_per_s:
-            left.plot([r.ideal_per_s], [r.name], marker="|", markersize=18, color="#c44e52")
-    left.set_xlabel("calls per second (red mark: ideal for sleep runs)")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    speed = summary.throughput(rounds)
+    names = list(speed)
+    medians = [speed[n].median for n in names]
+    errors = [
+        [speed[n].median - speed[n].low for n in names],
+        [speed[n].high - speed[n].median for n in names],
+    ]
+    left.barh(names, medians, xerr=errors, color="#4c72b0", capsize=3)
+    ideals = {r.name: r.ideal_per_s for one in rounds for r in one if r.ideal_per_s}
+    for name, ideal in ideals.items():
+        left.plot([ideal], [name], marker="|", markersize=18, color="#c44e52")
+    left.set_xlabel("calls per second, median of rounds, min-max (red mark: ideal)")
     left.invert_yaxis()
-    for r in results:
-        if r.latency:
-            rates = [lat.rate for lat in r.latency]
-            right.plot(rates, [lat.p99_ms for lat in r.latency], marker="o", label=r.name)
-    right.axhline(TARGET_P99_MS, color="#c44e52", linestyle="--", linewidth=1)
+    for name, points in summary.latency(rounds).items():
+        right.errorbar(
+            [p.rate for p in points],
+            [p.p99_ms.median for p in points],
+            yerr=[
+                [p.p99_ms.median - p.p99_ms.low for p in points],
+                [p.p99_ms.high - p.p99_ms.median for p in points],
+            ],
+            marker="o",
+            capsize=3,
+            label=name,
+        )
+    for target in (TARGET_P99_MS, EOS_TARGET_P99_MS):
+        right.axhline(target, color="#c44e52", linestyle="--", linewidth=1)
     right.set_yscale("log")
+    right.set_xscale("log")
     right.set_xlabel("paced calls/s")
-    right.set_ylabel(f"p99 call-to-reply latency, ms (dashed: {TARGET_P99_MS:.0f} ms)")
-    right.legend()
+    right.set_ylabel(
+        f"p99 call-to-reply ms, median of rounds (dashed: {TARGET_P99_MS:.0f}, "
+        f"{EOS_TARGET_P99_MS:.0f} ms)"
+    )
+    right.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def print_table(results: list[Result], say: Callable[[str], None] = print) -> None:
-    """The figures as a rich table, then the ratios."""
+def print_table(cfg: BenchConfig, rounds: Rounds, say: Callable[[str], None] = print) -> None:
+    """The medians (min-max) as rich tables, then the ratios."""
     from rich.console import Console
     from rich.table import Table
 
+    got = figures(cfg, rounds)
+    speed: dict[str, summary.Spread] = got["throughput"]
+    curves: dict[str, list[summary.RateSpread]] = got["latency"]
+    rss = {r.name: 0.0 for one in rounds for r in one}
+    ideal: dict[str, float] = {}
+    for one in rounds:
+        for r in one:
+            rss[r.name] = max(rss[r.name], r.peak_rss_mb)
+            if r.ideal_per_s:
+                ideal[r.name] = r.ideal_per_s
     table = Table(
         "contender",
         "calls/s",
         "ideal",
         "p50 ms",
         "p99 ms",
-        "max ms",
         "paced at",
         "peak RSS MB",
-        title="stream-adapter bench",
+        title=f"stream-adapter bench: medians (min-max) of {len(rounds)} interleaved rounds",
     )
-    for r in results:
-        head = r.headline
+    for name, spread in speed.items():
+        head = curves[name][-1] if name in curves else None
         table.add_row(
-            r.name,
-            f"{r.calls_per_s:,.0f}",
-            f"{r.ideal_per_s:,.0f}" if r.ideal_per_s else "",
-            _ms(head.p50_ms if head else None),
-            _ms(head.p99_ms if head else None),
-            _ms(head.max_ms if head else None),
+            name,
+            spread.show(),
+            f"{ideal[name]:,.0f}" if name in ideal else "",
+            head.p50_ms.show(".1f") if head else "",
+            head.p99_ms.show(".1f") if head else "",
             f"{head.rate:,.0f}/s" if head else "",
-            f"{r.peak_rss_mb:.0f}",
+            f"{rss[name]:.0f}",
         )
-    console = Console(width=120)
+    console = Console(width=140)
     console.print(table)
-    if any(len(r.latency) > 1 for r in results):
+    if any(len(points) > 1 for points in curves.values()):
         curve = Table(
             "contender", "paced at", "p50 ms", "p99 ms", "max ms", title="latency by rate"
         )
-        for r in results:
-            for lat in r.latency:
+        for name, points in curves.items():
+            for p in points:
                 curve.add_row(
-                    r.name, f"{lat.rate:,.0f}/s", _ms(lat.p50_ms), _ms(lat.p99_ms), _ms(lat.max_ms)
+                    name,
+                    f"{p.rate:,.0f}/s",
+                    p.p50_ms.show(".1f"),
+                    p.p99_ms.show(".1f"),
+                    p.max_ms.show(".1f"),
                 )
         console.print(curve)
-    for name, value in ratios(results).items():
-        say(f"{name}: {value:.2f}")
-
-
-def _ms(value: float | None) -> str:
-    return "" if value is None else f"{value:.1f}"
+    loads = [r.load_1m for one in rounds for r in one]
+    if loads:
+        say(f"machine load (1 min) after each backlog: {min(loads):.1f}-{max(loads):.1f}")
+    for name, spread in got["ratios"].items():
+        say(f"{name}: {spread.show('.2f')}")
+    for name, rows in got["p99_ratios"].items():
+        shown = "; ".join(f"{spread.show('.2f')} at {rate:,.0f}/s" for rate, spread in rows)
+        say(f"p99 {name}: {shown}")

@@ -15,7 +15,7 @@ from typing import Any
 from stream_adapter import kafka_clients
 from stream_adapter.executor import Executor
 from stream_adapter.retries import RetryPolicy
-from stream_adapter.settings import Settings
+from stream_adapter.settings import COMMIT_INTERVAL_S, Settings
 from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.approvals import ApprovalFlow, ApprovalTable
 from stream_adapter.stream.calls import process_call
@@ -72,7 +72,7 @@ def build_app(
         # twice (arguments + base64 original), hence the headroom (docs/chaos.md).
         producer_max_request_size=PRODUCER_MAX_REQUEST_BYTES,
         broker_commit_every=1000,
-        broker_commit_interval=0.5,
+        broker_commit_interval=COMMIT_INTERVAL_S[settings.processing_guarantee],
         stream_wait_empty=True,
         # A killed worker's partitions move after this long (Faust's default is 60 s).
         broker_session_timeout=settings.session_timeout_s,
@@ -144,7 +144,7 @@ def build_app(
 
     # Jobs waiting for their replies' acks hold no tool slot, so many more may queue.
     max_queued = max(4096, 16 * settings.max_in_flight)
-    inline = not exactly_once and ctx.tracing is None  # inline replies are not transactional
+    inline = ctx.tracing is None  # a traced call gets its own span
     JobRoute(
         app,
         partial(process_call, ctx),

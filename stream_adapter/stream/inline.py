@@ -7,15 +7,20 @@ Its reply joins a record batch for its reply partition; the batches go to the pr
 end of each fetch, or earlier when a later call of the same key takes the scheduled path; the
 calls are acked when the broker acks their batch (contract §8). Everything else is handed back to
 the scheduled path (the route's jobs): another tool, a failure (its retries go on there), a
-key whose earlier call is still scheduled, tracing, and exactly-once mode, where replies
-belong to transactions.
+key whose earlier call is still scheduled, and tracing.
+
+Exactly once, a batch holds the replies of one input partition and goes into that
+partition's transaction, so a commit carries many calls' replies at once; around each commit
+the lane is paused (`paused`): it sends nothing, and waits until nothing it sent is unacked,
+so the commit's offsets and its replies cover the same calls (engine/routes.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -64,9 +69,16 @@ class Handoff:
 NOT_INLINE = Handoff()
 
 
+Source = tuple[str, int] | None
+"""Exactly once, the input partition whose transaction a batch joins; None at least once."""
+Slot = tuple[Source, int]
+"""Where a batch goes: its source's transaction and its reply partition."""
+
+
 @dataclass(slots=True)
 class _Batch:
     records: RecordBatch
+    source: Source
     messages: list[Any] = field(default_factory=list)
     tools: dict[str, int] = field(default_factory=dict)
 
@@ -94,8 +106,8 @@ class InlineCalls:
         self._topic = ctx.settings.replies_topic
         self._source = ctx.settings.source
         self._tools: dict[str, Tool | None] = {}
-        self._batches: dict[int, _Batch] = {}
-        self._full: list[tuple[int, _Batch]] = []
+        self._batches: dict[Slot, _Batch] = {}
+        self._full: list[tuple[Slot, _Batch]] = []
         self._keys: set[Hashable] = set()
         self._partitions = 0
         self._crash_armed = faults.armed(faults.CALL_REPLIED)
@@ -105,6 +117,15 @@ class InlineCalls:
         self._flushing = asyncio.Lock()
         self._tick: asyncio.TimerHandle | None = None
         self._ticks: set[asyncio.Task[None]] = set()
+        self._transactional = sender.exactly_once
+        self._held_by: dict[Source, int] = {}  # exactly once: calls held per input partition
+        self._settled: dict[Source, asyncio.Future[None]] = {}
+        self._in_flight = 0  # batches handed to the producer, not yet acked or failed
+        self._none_in_flight = asyncio.Event()
+        self._none_in_flight.set()
+        self._paused = False
+        self._resumed = asyncio.Event()
+        self._resumed.set()
 
     async def start(self) -> None:
         """Learn the replies topic's partition count (once; the lane's partitioner needs it)."""
@@ -162,11 +183,42 @@ class InlineCalls:
         value = orjson.dumps(reply)
         if len(value) > MAX_INLINE_REPLY_BYTES:
             return Handoff(reply=reply)
-        self._append(message, envelope.run_id.encode(), value, message_id, tool.name)
+        source = (message.topic, message.partition) if self._transactional else None
+        self._append(message, source, envelope.run_id.encode(), value, message_id, tool.name)
         self._keys.add(key)
         self._held += 1
         self._idle.clear()
+        if source is not None:
+            self._held_by[source] = self._held_by.get(source, 0) + 1
         return None
+
+    def settled(self, topic: str, partition: int) -> asyncio.Future[None] | None:
+        """Exactly once: resolved once every call of the partition taken so far is acked or
+        failed; None when none is held."""
+        source = (topic, partition)
+        if not self._held_by.get(source):
+            return None
+        future = self._settled.get(source)
+        if future is None:
+            future = self._settled[source] = asyncio.get_running_loop().create_future()
+        return future
+
+    @asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """Send nothing, and wait until nothing sent is unacked (a commit is taking the acked
+        offsets); calls are still taken meanwhile, their replies held until it ends."""
+        self._paused = True
+        self._resumed.clear()
+        try:
+            async with self._flushing:  # a flush under way hands its batches on first
+                pass
+            await self._none_in_flight.wait()
+            yield
+        finally:
+            self._paused = False
+            self._resumed.set()
+            if self._batches or self._full:
+                self._tick_soon()
 
     def _tool(self, name: str | None) -> Tool | None:
         """The tool if calls of it may run here; None for unknown, confirm or waiting tools."""
@@ -184,18 +236,29 @@ class InlineCalls:
         self._tools[name] = tool if usable else None
         return self._tools[name]
 
-    def _append(self, message: Any, key: bytes, value: bytes, message_id: str, tool: str) -> None:
-        partition = partition_for(key, self._partitions)
+    def _append(
+        self,
+        message: Any,
+        source: Source,
+        key: bytes,
+        value: bytes,
+        message_id: str,
+        tool: str,
+    ) -> None:
+        slot = (source, partition_for(key, self._partitions))
         headers = [("message-id", message_id.encode()), ("content-type", CONTENT_TYPE)]
-        batch = self._batches.get(partition)
+        batch = self._batches.get(slot)
         if batch is None:
-            batch = self._batches[partition] = _Batch(self._sender.batch(BATCH_BYTES))
+            batch = self._batches[slot] = self._new_batch(source)
         if not batch.records.append(key, value, headers):
-            self._full.append((partition, batch))
-            batch = self._batches[partition] = _Batch(self._sender.batch(BATCH_BYTES))
+            self._full.append((slot, batch))
+            batch = self._batches[slot] = self._new_batch(source)
             batch.records.append(key, value, headers)
         batch.messages.append(message)
         batch.tools[tool] = batch.tools.get(tool, 0) + 1
+
+    def _new_batch(self, source: Source) -> _Batch:
+        return _Batch(self._sender.batch(BATCH_BYTES, transactional=source is not None), source)
 
     async def flush(self, *, wait: bool = True) -> None:
         """Hand batches to the producer; their calls are acked when the broker acks them.
@@ -204,36 +267,56 @@ class InlineCalls:
         still has an unsent batch of that partition, rather than wait for it to go: they fill
         on and go at a later round or tick. A fetch round then never waits on the broker.
         """
+        while self._paused:
+            if not wait:
+                return  # the pause's end sends them
+            await self._resumed.wait()
         async with self._flushing:  # one flush at a time keeps each partition's order
-            if not self._batches and not self._full:
+            if self._paused or (not self._batches and not self._full):
+                if self._paused:
+                    self._tick_soon()
                 return
             ready = self._full + list(self._batches.items())
             self._full, self._batches = [], {}
-            busy: set[int] = set()
+            busy: set[Slot] = set()
             if not wait:
-                busy = self._sender.unsent(self._topic, (p for p, _ in ready))
-            for partition, batch in ready:
-                if partition in busy:
-                    self._keep(partition, batch)
+                busy = self._busy(ready)
+            for slot, batch in ready:
+                if slot in busy:
+                    self._keep(slot, batch)
                     continue
+                source, partition = slot
                 try:
-                    sent = await self._sender.send(batch.records, self._topic, partition)
+                    sent = await self._sender.send(batch.records, self._topic, partition, source)
                 except Exception as exc:  # the producer refused it: these calls go again
                     self._failed(batch, exc)
                     continue
+                self._in_flight += 1
+                self._none_in_flight.clear()
                 sent.add_done_callback(partial(self._sent, batch))
             if busy:
                 self._tick_soon()
             else:
                 self._keys.clear()
 
-    def _keep(self, partition: int, batch: _Batch) -> None:
-        """Put an unsent batch back, behind any still kept for its partition."""
-        current = self._batches.get(partition)
+    def _busy(self, ready: list[tuple[Slot, _Batch]]) -> set[Slot]:
+        """The slots whose producer still holds an unsent batch of their partition."""
+        by_source: dict[Source, set[int]] = {}
+        for (source, partition), _ in ready:
+            by_source.setdefault(source, set()).add(partition)
+        return {
+            (source, partition)
+            for source, partitions in by_source.items()
+            for partition in self._sender.unsent(self._topic, partitions, source)
+        }
+
+    def _keep(self, slot: Slot, batch: _Batch) -> None:
+        """Put an unsent batch back, behind any still kept for its slot."""
+        current = self._batches.get(slot)
         if current is None:
-            self._batches[partition] = batch
+            self._batches[slot] = batch
         else:  # batch is older than the open one (full ones come first in `ready`)
-            self._full.append((partition, batch))
+            self._full.append((slot, batch))
 
     def _tick_soon(self) -> None:
         if self._tick is None:
@@ -256,6 +339,9 @@ class InlineCalls:
             logs.event(logs.WARNING, "inline calls not acked in time", pending=self._held)
 
     def _sent(self, batch: _Batch, fut: asyncio.Future[Any]) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._none_in_flight.set()
         if fut.cancelled() or fut.exception() is not None:
             self._failed(batch, fut.exception() if not fut.cancelled() else None)
             return
@@ -274,18 +360,30 @@ class InlineCalls:
                     continue
                 acked.append(message)
         self._ack(acked)
-        self._release(len(batch.messages))
+        self._release(batch)
 
     def _failed(self, batch: _Batch, exc: BaseException | None) -> None:
-        """A batch that never became durable: its calls go again on the scheduled path."""
+        """A batch that never became durable: its calls go again on the scheduled path
+        (exactly once, their transaction fails instead: see engine/routes.py)."""
         for message in batch.messages:
             self._redo(message, exc)
-        self._release(len(batch.messages))
+        self._release(batch)
 
-    def _release(self, count: int) -> None:
+    def _release(self, batch: _Batch) -> None:
+        count = len(batch.messages)
         self._held -= count
         if not self._held:
             self._idle.set()
+        source = batch.source
+        if source is not None:
+            left = self._held_by[source] - count
+            if left:
+                self._held_by[source] = left
+            else:
+                del self._held_by[source]
+                future = self._settled.pop(source, None)
+                if future is not None and not future.done():
+                    future.set_result(None)
 
 
 async def inline_lane(ctx: FlowContext, links: LaneLinks) -> InlineCalls:

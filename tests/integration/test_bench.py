@@ -1,7 +1,7 @@
 """`stream-adapter bench` end to end on a small backlog: it measures, prints, writes and draws.
 
 No figure is asserted (speed is for the benchmark, not for tests); the run must complete
-with every contender answering every call, and its outputs must be well formed.
+with every contender answering every call in every round, and its outputs must be well formed.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import orjson
 from stream_adapter.bench.run import BenchConfig, print_table, run_bench, write_outputs
 
 
-async def test_small_bench_runs_every_contender(kafka_bootstrap: str, tmp_path: Path) -> None:
+async def test_small_bench_runs_every_contender_in_rounds(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
     cfg = BenchConfig(
         bootstrap=kafka_bootstrap,
         calls=300,
@@ -24,31 +26,40 @@ async def test_small_bench_runs_every_contender(kafka_bootstrap: str, tmp_path: 
         paced_fractions=(0.25, 0.5),
         warm_paced_s=0.5,
         sleep_calls_per_slot=2,
+        rounds=2,
+        quix_eos_intervals_s=(0.5,),
     )
-    results = await run_bench(cfg, say=lambda _: None)
-    names = [r.name for r in results]
-    assert names == ["aiokafka-loop", "worker", "quix-streams", "sleep-64", "sleep-256"]
-    for result in results:
-        assert result.calls_per_s > 0 and result.peak_rss_mb > 0
-    timed = {r.name: r for r in results if r.latency}
-    assert set(timed) == {"aiokafka-loop", "worker", "quix-streams"}
-    worker_rates = [lat.rate for lat in timed["worker"].latency]
+    rounds = await run_bench(cfg, say=lambda _: None)
+    names = ["worker", "aiokafka-loop", "quix-streams", "quix-eos-0.5s", "sleep-64", "sleep-256"]
+    assert [[r.name for r in one] for one in rounds] == [names, names]
+    for one in rounds:
+        for result in one:
+            assert result.calls_per_s > 0 and result.peak_rss_mb > 0
+    first = {r.name: r for r in rounds[0]}
+    worker_rates = [lat.rate for lat in first["worker"].latency]
     assert worker_rates == sorted(worker_rates) and len(worker_rates) == 2
     assert worker_rates[1] == 2 * worker_rates[0]  # both fractions of one measured rate
-    for result in timed.values():  # every contender at the worker's rates
-        assert [lat.rate for lat in result.latency] == worker_rates
-        assert all(0 < lat.p50_ms <= lat.p99_ms <= lat.max_ms for lat in result.latency)
+    eos_rates = [lat.rate for lat in first["quix-eos-0.5s"].latency]
+    assert eos_rates[1] == 2 * eos_rates[0]  # its own rates: no worker-eos ran
+    for one in rounds:  # the same rates in every round
+        by = {r.name: r for r in one}
+        for name in ("worker", "aiokafka-loop", "quix-streams"):
+            assert [lat.rate for lat in by[name].latency] == worker_rates
+            assert all(0 < lat.p50_ms <= lat.p99_ms <= lat.max_ms for lat in by[name].latency)
+        assert [lat.rate for lat in by["quix-eos-0.5s"].latency] == eos_rates
     lines: list[str] = []
-    print_table(results, say=lines.append)
+    print_table(cfg, rounds, say=lines.append)
     assert any(line.startswith("worker / aiokafka-loop: ") for line in lines)
-    json_path, png_path = write_outputs(cfg, results)
+    assert any(line.startswith("p99 worker / aiokafka-loop: ") for line in lines)
+    json_path, png_path = write_outputs(cfg, rounds)
     data = orjson.loads(json_path.read_bytes())
-    assert [r["name"] for r in data["results"]] == names
-    assert [len(r["latency"]) for r in data["results"]] == [2, 2, 2, 0, 0]
+    assert [[r["name"] for r in one] for one in data["rounds"]] == [names, names]
+    assert data["throughput"]["worker"]["rounds"] == 2
     assert set(data["ratios"]) >= {
         "worker / aiokafka-loop",
         "worker / quix-streams",
         "sleep-64 / ideal",
         "sleep-256 / ideal",
     }
+    assert [len(data["latency"][n]) for n in names[:4]] == [2, 2, 2, 2]
     assert png_path.read_bytes().startswith(b"\x89PNG")

@@ -1,5 +1,5 @@
 """Exactly-once transactions: failed ones never committed, open ones dropped at a rebalance,
-fatal producers replaced, one producer per transactional id."""
+fatal producers replaced, one producer per transactional id, partitions committed at once."""
 
 from __future__ import annotations
 
@@ -17,9 +17,28 @@ from stream_adapter.stream.engine.commits.transactions import TransactionGuard
 
 
 class _TxnProducer:
-    def __init__(self, state: TransactionState) -> None:
+    def __init__(
+        self,
+        state: TransactionState,
+        error: Exception | None = None,
+        hold: asyncio.Event | None = None,
+    ) -> None:
         self._txn_manager = SimpleNamespace(state=state)
         self.events: list[str] = []
+        self.error = error
+        self.hold = hold  # commit_transaction waits for it
+        self.offsets: list[dict[Any, int]] = []
+
+    async def send_offsets_to_transaction(self, offsets: dict[Any, int], group_id: str) -> None:
+        assert group_id == "app"
+        if self.error is not None:
+            raise self.error
+        self.offsets.append(dict(offsets))
+
+    async def commit_transaction(self) -> None:
+        self.events.append("commit")
+        if self.hold is not None:
+            await self.hold.wait()
 
     async def start(self) -> None:
         self.events.append("start")
@@ -73,17 +92,18 @@ class _Guarded:
 
 
 class _Committing:
-    def __init__(self, error: Exception | None = None) -> None:
-        self.error = error
-        self.committed: list[dict[str, Any]] = []
-        self._transaction_producers: dict[str, _TxnProducer] = {}
+    """Faust's producer: the transactional producers by id, and Faust's locks."""
 
-    async def commit_transactions(
-        self, offsets: dict[str, Any], group_id: str, start_new_transaction: bool = True
-    ) -> None:
-        if self.error is not None:
-            raise self.error
-        self.committed.append(offsets)
+    def __init__(self, **producers: _TxnProducer) -> None:
+        self._transaction_producers = {tid.replace("_", "-"): p for tid, p in producers.items()}
+        self._trn_locks: dict[str, asyncio.Lock] = {}
+
+    def committed(self) -> list[str]:
+        return sorted(t for t, p in self._transaction_producers.items() if "commit" in p.events)
+
+
+def _busy(error: Exception | None = None) -> _TxnProducer:
+    return _TxnProducer(TransactionState.IN_TRANSACTION, error)
 
 
 def _tp(partition: int) -> TP:
@@ -94,13 +114,14 @@ async def test_a_failed_transaction_is_never_committed_and_the_group_rejoins() -
     patches.install()
     rejoins: list[int] = []
     guard = TransactionGuard(lambda: rejoins.append(1))
-    producer = _Committing()
+    producer = _Committing(app_0_0=_busy(), app_0_1=_busy())
     manager = _Guarded(guard, producer)
     guard.fail("app-0-1", RuntimeError("boom"))
     assert guard.failed("app-0-1") and rejoins == [1]
     did = await TransactionManager.commit(manager, {_tp(0): 5, _tp(1): 7})
     assert did is True
-    assert [list(c) for c in producer.committed] == [["app-0-0"]]
+    assert producer.committed() == ["app-0-0"]
+    assert producer._transaction_producers["app-0-0"].events == ["commit", "begin"]
     assert await TransactionManager.commit(manager, {_tp(1): 8}) is False
 
 
@@ -108,9 +129,30 @@ async def test_a_commit_that_raises_fails_its_transactions_instead_of_crashing()
     patches.install()
     rejoins: list[int] = []
     guard = TransactionGuard(lambda: rejoins.append(1))
-    manager = _Guarded(guard, _Committing(RuntimeError("fenced")))
-    assert await TransactionManager.commit(manager, {_tp(2): 3}) is False
+    producer = _Committing(app_0_2=_busy(RuntimeError("fenced")), app_0_3=_busy())
+    manager = _Guarded(guard, producer)
+    assert await TransactionManager.commit(manager, {_tp(2): 3, _tp(3): 1}) is True
     assert guard.failed("app-0-2") and rejoins == [1]
+    assert not guard.failed("app-0-3") and producer.committed() == ["app-0-3"]
+    assert await TransactionManager.commit(manager, {_tp(2): 4}) is False
+
+
+async def test_the_partitions_transactions_commit_at_once() -> None:
+    patches.install()
+    hold = asyncio.Event()
+    first = _TxnProducer(TransactionState.IN_TRANSACTION, hold=hold)
+    second = _TxnProducer(TransactionState.IN_TRANSACTION, hold=hold)
+    producer = _Committing(app_0_0=first, app_0_1=second)
+    manager = _Guarded(TransactionGuard(lambda: None), producer)
+    commit = asyncio.ensure_future(TransactionManager.commit(manager, {_tp(0): 2, _tp(1): 3}))
+    for _ in range(20):  # both commits are under way before either ends
+        if first.events == second.events == ["commit"]:
+            break
+        await asyncio.sleep(0)
+    assert first.events == second.events == ["commit"], "one after another, not at once"
+    hold.set()
+    assert await asyncio.wait_for(commit, 5) is True
+    assert first.offsets == [{_tp(0): 2}] and second.offsets == [{_tp(1): 3}]
 
 
 async def test_a_rebalance_drops_every_producer_not_idle_and_forgets_failures() -> None:
@@ -146,11 +188,10 @@ async def test_concurrent_first_begins_build_one_producer() -> None:
 
 async def test_offsets_alone_are_committed_in_a_transaction_begun_for_them() -> None:
     patches.install()
-    producer = _Committing()
     idle = _TxnProducer(TransactionState.READY)
-    busy = _TxnProducer(TransactionState.IN_TRANSACTION)
-    producer._transaction_producers.update({"app-0-0": idle, "app-0-1": busy})
+    busy = _busy()
+    producer = _Committing(app_0_0=idle, app_0_1=busy)
     manager = _Guarded(TransactionGuard(lambda: None), producer)
     assert await TransactionManager.commit(manager, {_tp(0): 4, _tp(1): 9}) is True
-    assert idle.events == ["begin"] and busy.events == []
-    assert [sorted(c) for c in producer.committed] == [["app-0-0", "app-0-1"]]
+    assert idle.events == ["begin", "commit", "begin"] and busy.events == ["commit", "begin"]
+    assert idle.offsets == [{_tp(0): 4}] and busy.offsets == [{_tp(1): 9}]

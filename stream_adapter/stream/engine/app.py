@@ -16,7 +16,14 @@ from faust import streams as faust_streams
 from stream_adapter.stream.engine import patches
 from stream_adapter.stream.engine.commits.gate import CommitGate
 from stream_adapter.stream.engine.commits.transactions import TransactionGuard
-from stream_adapter.stream.engine.consumer import Drain, FastConsumer, FastTransport, Flush, Handler
+from stream_adapter.stream.engine.consumer import (
+    Drain,
+    FastConsumer,
+    FastTransport,
+    Flush,
+    Handler,
+    Pause,
+)
 from stream_adapter.stream.engine.services import Hook, HookService
 from stream_adapter.stream.engine.stuck import StuckPartition
 
@@ -53,10 +60,13 @@ class App(faust.App):
         handler: Handler,
         flush: Flush | None = None,
         drain: Drain | None = None,
+        pause: Pause | None = None,
     ) -> None:
         """Subscribe topic (a Faust topic, one or more names) and hand its records to handler,
         which must `track` or ack each. flush runs after each fetched round; drain, before a
-        rebalance or shutdown waits for unacked messages, until records it holds are acked."""
+        rebalance or shutdown waits for unacked messages, until records it holds are acked;
+        pause, around each commit (exactly once), until records it holds unacked are acked
+        and none is sent."""
         self.topics.add(topic)
         routes: dict[str, Handler] = self.__dict__.setdefault("_fast_routes", {})
         for name in topic.topics:
@@ -65,15 +75,19 @@ class App(faust.App):
             self.__dict__.setdefault("_fast_flushes", []).append(flush)
         if drain is not None:
             self.__dict__.setdefault("_fast_drains", []).append(drain)
+        if pause is not None:
+            self.__dict__.setdefault("_fast_pauses", []).append(pause)
 
     def _new_consumer(self) -> Any:
         consumer = cast(FastConsumer, super()._new_consumer())
         consumer.handlers.update(self.__dict__.get("_fast_routes", {}))
         consumer.flushes.extend(self.__dict__.get("_fast_flushes", []))
         consumer.drains.extend(self.__dict__.get("_fast_drains", []))
+        consumer.pauses.extend(self.__dict__.get("_fast_pauses", []))
         self.__dict__["_fast_routes"] = consumer.handlers  # later routes land there too
         self.__dict__["_fast_flushes"] = consumer.flushes
         self.__dict__["_fast_drains"] = consumer.drains
+        self.__dict__["_fast_pauses"] = consumer.pauses
         return consumer
 
     def add_service(self, start: Hook, stop: Hook) -> None:

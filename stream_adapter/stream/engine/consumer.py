@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, ClassVar
 
 from aiokafka.errors import IllegalStateError
@@ -34,6 +35,7 @@ fetches run in the same loop (loop_consumer.py), and a tool that never awaits ma
 Handler = Callable[[Any], Awaitable[None]]
 Flush = Callable[[], Awaitable[None]]
 Drain = Callable[[], Awaitable[None]]
+Pause = Callable[[], AbstractAsyncContextManager[None]]
 
 
 class FastConsumer(faust_aiokafka.Consumer):
@@ -44,12 +46,16 @@ class FastConsumer(faust_aiokafka.Consumer):
     """Called after each fetched round of records (routes that batch their outputs)."""
     drains: list[Drain]
     """Awaited before Faust waits for unacked messages: records a route holds untracked."""
+    pauses: list[Pause]
+    """Entered around each commit, exactly once: routes that send their outputs in batches
+    hold them while the commit takes the acked offsets."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.handlers = {}
         self.flushes = []
         self.drains = []
+        self.pauses = []
         self._seeks = 0  # seeks begun or ended: a fetch that spans one is not handed on
         self._expected: dict[Any, int] = {}  # the offset a partition's next record should have
         self._seeking = asyncio.Event()
@@ -257,11 +263,14 @@ class FastConsumer(faust_aiokafka.Consumer):
 
     async def commit(self, *args: Any, **kwargs: Any) -> bool:
         """Faust's commit, held while a job is between its first transactional send and its
-        ack (exactly-once mode; see commits/gate.py)."""
+        ack, with the routes' batched outputs paused (exactly-once mode; see
+        commits/gate.py)."""
         gate: CommitGate | None = getattr(self.app, "commit_gate", None)
         if gate is None:
             return bool(await super().commit(*args, **kwargs))
-        async with gate.exclusive():
+        async with gate.exclusive(), AsyncExitStack() as paused:
+            for pause in self.pauses:
+                await paused.enter_async_context(pause())
             return bool(await super().commit(*args, **kwargs))
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:

@@ -5,8 +5,9 @@ afterwards never lets a commit pass an unwritten output (contract §8). Exactly 
 joins the transaction of the message being processed (`current_delivery`), whatever
 partition it goes to: Faust's own routing picks a transaction from the destination's
 partition as its *consumer* sees it, and finds none for topics it does not consume
-(docs/faust-patches.md), so the transactional id is named here. `BatchSender` builds record
-batches in memory and hands them to the producer whole (the calls route's inline lane).
+(docs/faust-patches.md), so the transactional id is named here. `BatchSender` hands record
+batches built in memory to the producer whole (the calls route's inline lane); exactly once,
+to the transactional producer of the input partition the batch's records answer.
 """
 
 from __future__ import annotations
@@ -122,18 +123,26 @@ class Sender:
         await pending
 
 
+Source = tuple[str, int]
+"""An input partition, (topic, partition): exactly once, its transaction carries the outputs
+of its records."""
+
+
 class RecordBatch:
-    """Records for one partition, built in memory and sent whole (no transaction)."""
+    """Records for one partition, built in memory and sent whole (`transactional`: inside a
+    transaction)."""
 
     __slots__ = ("_builder",)
 
-    def __init__(self, size_bytes: int, compression: int = 0) -> None:
+    def __init__(
+        self, size_bytes: int, compression: int = 0, *, transactional: bool = False
+    ) -> None:
         """compression: the codec attribute of a batch (`BatchSender.batch` passes the
         producer's, so these batches are compressed like its others)."""
         self._builder = BatchBuilder(
             size_bytes,
             compression,
-            is_transactional=False,
+            is_transactional=transactional,
             key_serializer=None,
             value_serializer=None,
         )
@@ -146,27 +155,74 @@ class RecordBatch:
 
 
 class BatchSender:
-    """Hands RecordBatches to the app's aiokafka producer (at least once)."""
+    """Hands RecordBatches to the app's aiokafka producer: at least once, the plain one;
+    exactly once (`exactly_once`), the transactional producer of the batch's source."""
 
     def __init__(self, app: Any) -> None:
+        self._app = app
         self._producer = app.producer._ensure_producer()
+        self.exactly_once: bool = getattr(app, "commit_gate", None) is not None
 
-    def batch(self, size_bytes: int) -> RecordBatch:
-        """An empty batch of size_bytes, compressed as the producer compresses."""
-        return RecordBatch(size_bytes, self._producer._message_accumulator._compression_type)
+    def batch(self, size_bytes: int, *, transactional: bool = False) -> RecordBatch:
+        """An empty batch of size_bytes, compressed as the producer compresses (a
+        transactional one for a transaction: the app's producers share their settings)."""
+        return RecordBatch(
+            size_bytes,
+            self._producer._message_accumulator._compression_type,
+            transactional=transactional,
+        )
 
     async def partition_count(self, topic: str) -> int:
         """topic's partition count (fetching its metadata once if needed)."""
         return await partition_count(self._producer.client, topic)
 
-    def unsent(self, topic: str, partitions: Iterable[int]) -> set[int]:
-        """Those of topic's partitions for which the producer still holds an unsent batch."""
-        batches = self._producer._message_accumulator._batches
+    def _producer_of(self, source: Source | None) -> Any:
+        if source is None:
+            return self._producer
+        tid = transactional_id(self._app, *source)
+        return self._app.producer._transaction_producers.get(tid)
+
+    def unsent(
+        self, topic: str, partitions: Iterable[int], source: Source | None = None
+    ) -> set[int]:
+        """Those of topic's partitions for which the producer (source's, exactly once) still
+        holds an unsent batch."""
+        producer = self._producer_of(source)
+        if producer is None:
+            return set()
+        batches = producer._message_accumulator._batches
         return {p for p in partitions if batches.get(TopicPartition(topic, p))}
 
-    async def send(self, batch: RecordBatch, topic: str, partition: int) -> asyncio.Future[Any]:
-        """Hand batch to the producer; the future resolves when the broker acks it."""
-        sent: asyncio.Future[Any] = await self._producer.send_batch(
-            batch._builder, topic, partition=partition
-        )
+    async def send(
+        self, batch: RecordBatch, topic: str, partition: int, source: Source | None = None
+    ) -> asyncio.Future[Any]:
+        """Hand batch to the producer (into source's transaction, when given); the future
+        resolves when the broker acks it. Raises TransactionFailed for a transaction that
+        will be aborted."""
+        if source is None:
+            plain: asyncio.Future[Any] = await self._producer.send_batch(
+                batch._builder, topic, partition=partition
+            )
+            return plain
+        app = self._app
+        tid = transactional_id(app, *source)
+        guard = app.transaction_guard
+        if guard is not None and guard.failed(tid):
+            raise TransactionFailed(tid)
+        producer = self._producer_of(source)
+        try:
+            if producer is None:
+                raise IllegalOperation(f"no producer for {tid}")
+            sent: asyncio.Future[Any] = await producer.send_batch(
+                batch._builder, topic, partition=partition
+            )
+        except IllegalOperation:
+            # As in Sender.in_transaction: begin the partition's transaction if it is still
+            # ours (a stale lane must not start a producer that fences the new owner's).
+            if TP(*source) not in app.consumer.assignment():
+                raise
+            await app.producer.begin_transaction(tid)
+            sent = await self._producer_of(source).send_batch(
+                batch._builder, topic, partition=partition
+            )
         return sent

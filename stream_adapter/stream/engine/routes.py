@@ -5,14 +5,23 @@ Jobs run on a KeyedScheduler (in offset order per Kafka key, concurrently across
 partition's head (commits/offsets.py), so a commit never passes an unfinished job (contract §8,
 §9). A route may have a lane: a faster path offered each record first, which finishes some
 records itself (it acks them, or hands them back through `redo`).
+
+Exactly once, a lane's outputs go into the transactions of their input partitions, like the
+jobs'. The rule of commits/gate.py holds across both paths: a partition's record goes to the
+lane only while no earlier record of that partition is a job still short of its outputs, a
+job's outputs wait for the lane's earlier records of its partition (`Lane.settled`), and a
+commit pauses the lane (`Lane.paused`: nothing sent, nothing in flight) while it takes the
+acked offsets and commits. A record the lane cannot finish fails its transaction instead of
+being redone: the group rejoins and the partition restarts from its commit.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from stream_adapter import logs
 from stream_adapter.stream.engine.app import App, make_current
@@ -44,6 +53,13 @@ class Lane(Protocol):
 
     async def drain(self) -> None:
         """Send what the lane holds and wait until every record it took is acked or redone."""
+
+    def settled(self, topic: str, partition: int) -> asyncio.Future[None] | None:
+        """Exactly once: resolved when every record of the partition the lane took so far is
+        acked or failed; None when it holds none."""
+
+    def paused(self) -> AbstractAsyncContextManager[None]:
+        """Exactly once: within it, nothing the lane took is in flight and nothing is sent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +99,12 @@ class JobRoute:
         self._redos: set[asyncio.Task[None]] = set()  # held, so none is collected while it waits
 
     def subscribe(self, topic: Any) -> None:
-        """Route topic's records here (with the lane's flush and drain when there is one)."""
+        """Route topic's records here (with the lane's flush, drain and pause when there is
+        one)."""
         if self._lane_factory is None:
             self._app.route(topic, self)
         else:
-            self._app.route(topic, self, self.flush, self.drain)
+            self._app.route(topic, self, self.flush, self.drain, self.paused)
 
     async def __call__(self, message: Any) -> None:
         scheduler = self._scheduler
@@ -97,7 +114,7 @@ class JobRoute:
         work = self._process
         if self._lane_factory is not None:
             lane = self._lane or await self._build_lane()
-            if not scheduler.busy(key):
+            if not scheduler.busy(key) and self._partition_clear(message):
                 offered = lane.offer(message, key)
                 if offered is None:
                     return
@@ -113,6 +130,23 @@ class JobRoute:
         self._lane = await self._lane_factory(links)
         return self._lane
 
+    def _partition_clear(self, message: Any) -> bool:
+        """Exactly once: no earlier record of message's partition is a job short of its
+        outputs (at least once, always)."""
+        if self._app.commit_gate is None:
+            return True
+        last = self._last_section.get((message.topic, message.partition))
+        return last is None or last.done.done()
+
+    @asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """The lane paused, while a commit takes the acked offsets (exactly once)."""
+        if self._lane is None:
+            yield
+            return
+        async with self._lane.paused():
+            yield
+
     async def flush(self) -> None:
         """The end of a fetch round: the lane sends what can go without waiting."""
         if self._lane is not None:
@@ -123,7 +157,15 @@ class JobRoute:
             await self._lane.drain()
 
     def redo(self, message: Any, exc: BaseException | None) -> None:
-        """Schedule a record the lane took but could not finish (exc: why; None: cancelled)."""
+        """Schedule a record the lane took but could not finish (exc: why; None: cancelled).
+
+        Exactly once, its output may be in its partition's transaction: that transaction
+        fails instead, and the record comes again from the committed offset."""
+        guard = self._app.transaction_guard
+        if guard is not None:
+            tid = transactional_id(self._app, message.topic, message.partition)
+            guard.fail(tid, exc if exc is not None else "cancelled")
+            return
         delivery = delivery_of(message)
         _job_failed(exc, delivery.message_id, 1)
         task = asyncio.ensure_future(
@@ -141,7 +183,16 @@ class JobRoute:
         if app.commit_gate is not None:
             tp = (delivery.topic, delivery.partition)
             previous = self._last_section.get(tp)
-            section = OutputSection(app.commit_gate, None if previous is None else previous.done)
+            waits = [] if previous is None else [previous.done]
+            in_lane = None if self._lane is None else self._lane.settled(*tp)
+            if in_lane is not None:
+                waits.append(in_lane)
+            after: asyncio.Future[None] | None = None
+            if len(waits) == 1:
+                after = waits[0]
+            elif waits:
+                after = cast("asyncio.Future[None]", asyncio.gather(*waits))
+            section = OutputSection(app.commit_gate, after)
             self._last_section[tp] = section
 
         async def job() -> None:
