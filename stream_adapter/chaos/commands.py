@@ -167,6 +167,7 @@ def chaos(
     brokers: str,
     steady_load: bool | None,
     node_down_s: float,
+    steady_load: bool | None,
     json_path: Path,
     jars_dir: Path,
     workdir: Path | None,

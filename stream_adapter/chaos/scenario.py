@@ -70,6 +70,9 @@ class ChaosOptions:
     node_down_s: float = 15.0
     """How long a SIGKILLed node of a cluster stays down."""
     scale: bool = True
+    steady_load: bool = False
+    """Keep sending past `calls` until the last fault has recovered (the reply gaps then
+    measure outages, not the end of the load)."""
     guarantee: str = "at_least_once"
     partitions: int = 8
     session_timeout_s: float = 10.0
@@ -134,19 +137,33 @@ class ChaosRun:
         self.faults: list[FaultRecord] = []
         self.kills = 0
         self.started = time.monotonic()
+        self.faults_done = asyncio.Event()
+        # Calls beyond options.calls (see _produce) come from their own generator, so the
+        # faults drawn from self.rng stay the same for a seed.
+        self.more_rng = random.Random(None if options.seed is None else options.seed + 1)
 
     def _terminal(self, call_id: str) -> bool:
         return any(r.get("status") in TERMINAL for r in self.reader.by_call.get(call_id, ()))
 
     async def _produce(self, sender: CallSender, calls: list[CallSpec]) -> None:
-        """Send the calls at the configured rate (the pacing is the point, so it sleeps)."""
+        """Send the calls at the configured rate (the pacing is the point, so it sleeps).
+
+        With `steady_load`, while faults are still under way after the last call, more of the
+        same mix follow (appended to calls), so every fault and its recovery happen under load.
+        """
         start = time.monotonic()
-        for i, call in enumerate(calls):
+        i = 0
+        steady = self.options.steady_load
+        while i < len(calls) or (steady and not self.faults_done.is_set()):
+            if i == len(calls):
+                calls.extend(call_mix(max(1, int(self.options.rate * 5)), self.more_rng))
             delay = start + i / self.options.rate - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            call = calls[i]
             await sender.send(call.envelope(), key=call.run_id.encode())
-            self.sent = i + 1
+            i += 1
+            self.sent = i
             self.sent_changed.set()
 
     async def _sent_at_least(self, count: int) -> None:
@@ -244,9 +261,12 @@ class ChaosRun:
             broker_faults(self.options, self.broker.restartable),
             self.options.scale,
         )
-        for fraction, kind in plan:
-            await self._sent_at_least(max(1, int(fraction * self.options.calls)))
-            await self._fault(kind, sender)
+        try:
+            for fraction, kind in plan:
+                await self._sent_at_least(max(1, int(fraction * self.options.calls)))
+                await self._fault(kind, sender)
+        finally:
+            self.faults_done.set()
 
     async def _supervise(self) -> None:
         while True:
