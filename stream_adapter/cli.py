@@ -347,8 +347,8 @@ def _topics(states: list[Any], as_json: bool) -> None:
             "partitions": s.partitions,
             "wanted_partitions": s.spec.partitions,
             "config": ", ".join(f"{k}={v}" for k, v in s.spec.config.items()),
-            "state": "created" if s.created else ("; ".join(s.drift) or "ok"),
-            "drift": s.drift,
+            "state": "created" if s.created else ("; ".join(s.problems) or "ok"),
+            "drift": s.problems,
         }
         for s in states
     ]
@@ -376,7 +376,8 @@ def topics_create(settings: Settings, as_json: bool) -> None:
 @_json_option
 @pass_settings
 def topics_describe(settings: Settings, as_json: bool) -> None:
-    """Show the topics as the broker has them; exit 6 on drift or a missing topic."""
+    """Show the topics as the broker has them; exit 6 on drift, a missing topic or an
+    under-replicated partition."""
     from stream_adapter.stream.topics import describe_topics
 
     _topics(run_client(describe_topics(settings)), as_json)

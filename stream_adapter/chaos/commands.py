@@ -167,7 +167,6 @@ def chaos(
     brokers: str,
     steady_load: bool | None,
     node_down_s: float,
-    steady_load: bool | None,
     json_path: Path,
     jars_dir: Path,
     workdir: Path | None,

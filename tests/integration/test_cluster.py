@@ -20,7 +20,10 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from stream_adapter.broker import cluster, local
 from stream_adapter.chaos.cluster_faults import ClusterControl
 from stream_adapter.chaos.scenario import LEADER_KILL, ChaosOptions, run_chaos
+from stream_adapter.commands import ExitCode
+from stream_adapter.settings import Settings
 from tests.conftest import JARS_DIR
+from tests.harness import make_settings, wait_for
 
 pytestmark = [
     pytest.mark.skipif(not local.shutil.which("java"), reason="the local cluster needs Java"),
@@ -119,6 +122,68 @@ async def test_leader_kill_loses_nothing(
     assert cluster.status(kafka_cluster).healthy  # the killed node is back
 
 
+def _topics_cli(settings: Settings, verb: str) -> subprocess.CompletedProcess[str]:
+    env = {**settings.to_env(), "COLUMNS": "250", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "stream_adapter", "topics", verb],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_topics_replicated_and_under_replication_reported(
+    kafka_cluster: cluster.ClusterConfig, tmp_path: Path
+) -> None:
+    settings = make_settings(kafka_cluster.bootstrap, tmp_path, replication_factor=3)
+    created = _topics_cli(settings, "create")
+    assert created.returncode == 0, created.stdout + created.stderr
+    assert created.stdout.count("created") == 6
+    states = await cluster.partition_states(kafka_cluster.bootstrap, [settings.calls_topic])
+    assert all(len(s.replicas) == 3 for s in states)
+    assert (
+        await _topic_config(kafka_cluster.bootstrap, settings.calls_topic, "min.insync.replicas")
+        == "2"
+    )
+    # Drift: a topic at replication 1 with min ISR 1, where the settings need 3 and 2.
+    drifted = make_settings(kafka_cluster.bootstrap, tmp_path / "drift", replication_factor=3)
+    async with cluster.admin_client(kafka_cluster.bootstrap) as admin:
+        await admin.create_topics(
+            [
+                NewTopic(
+                    drifted.calls_topic,
+                    drifted.partitions,
+                    1,
+                    topic_configs={"min.insync.replicas": "1"},
+                )
+            ]
+        )
+    described = _topics_cli(drifted, "describe")
+    assert described.returncode == ExitCode.TOPICS
+    assert "replication factor 1, needs 3" in described.stdout
+    assert "min.insync.replicas=1, needs 2" in described.stdout
+    # A node down: its partitions are short of in-sync replicas until it is back.
+    cluster.stop_node(kafka_cluster, 3, kill=True)
+    try:
+        short = await wait_for(
+            lambda: _under_replicated(settings), timeout_s=60, what="node 3 out of the ISR"
+        )
+        assert short.returncode == ExitCode.TOPICS
+        assert "under-replicated partitions: " in short.stdout
+    finally:
+        cluster.start_node(kafka_cluster, 3)
+    assert await cluster.wait_in_sync(kafka_cluster.bootstrap, 3, timeout_s=120)
+    clean = _topics_cli(settings, "describe")
+    assert clean.returncode == 0, clean.stdout
+
+
+def _under_replicated(settings: Settings) -> subprocess.CompletedProcess[str] | None:
+    done = _topics_cli(settings, "describe")
+    return done if "under-replicated" in done.stdout else None
+
+
 def test_cli_status_start_stop(kafka_cluster: cluster.ClusterConfig) -> None:
     cmd = [sys.executable, "-m", "stream_adapter", "kafka"]
     args = ["--brokers", "3", "--home", str(kafka_cluster.home)]
@@ -138,7 +203,7 @@ def test_cli_status_start_stop(kafka_cluster: cluster.ClusterConfig) -> None:
     assert "stopped" in stopped.stdout
     assert not any(s.running for _, s in cluster.status(kafka_cluster).nodes)
     down = run("status")
-    assert down.returncode == 1 and down.stdout.count("not running") == 3
+    assert down.returncode == ExitCode.BROKER and down.stdout.count("no broker answers") == 3
     restarted = run("start")
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
     assert cluster.status(kafka_cluster).healthy
