@@ -217,7 +217,7 @@ class _Group:
             round(1000 * cpu / calls, 3),
         )
 
-    async def join(self, name: str, rate: float, timeout_s: float) -> Join:
+    async def join(self, name: str, rate: float, timeout_s: float, settle_s: float) -> Join:
         """Start worker name while calls arrive at rate; the longest time without a reply."""
         stop = asyncio.Event()
 
@@ -234,7 +234,7 @@ class _Group:
         start = time.monotonic()
         await self.pool.start(name)
         ready = time.monotonic()
-        await asyncio.sleep(SETTLE_S)
+        await asyncio.sleep(settle_s)
         end = time.monotonic()
         stop.set()
         await pacer
@@ -253,6 +253,7 @@ async def run_scale(
     replication: int,
     rounds: int = 2,
     timeout_s: float = 600.0,
+    settle_s: float = SETTLE_S,
     say: Callable[[str], None] = print,
 ) -> ScaleResults:
     """Rounds of 1 -> 2 -> 3 workers, then one worker on one partition; see the module doc."""
@@ -266,7 +267,7 @@ async def run_scale(
             say(f"round {round_no}: 1 worker {one.calls_per_s:.0f} calls/s")
             for n in range(2, MAX_WORKERS + 1):
                 rate = max(10.0, PACED_FRACTION * one.calls_per_s)
-                joined = await g.join(f"w{n}", rate, timeout_s)
+                joined = await g.join(f"w{n}", rate, timeout_s, settle_s)
                 results.joins.append(joined)
                 burst = await g.burst(calls, timeout_s)
                 results.bursts.append(burst)
