@@ -167,6 +167,10 @@ class WorkerPool:
     extra_env: dict[str, str] = field(default_factory=dict)
     workers: dict[str, Worker] = field(default_factory=dict)
     unplanned_exits: list[str] = field(default_factory=list)
+    ready_timeout_s: float = 300.0
+    """How long a (re)started slot may take to be ready: an exactly-once takeover on a busy
+    machine waits for the dead owner's transactions to be aborted, and a supervisor would
+    not give up either."""
     _wanted: set[str] = field(default_factory=set)
 
     def slot(self, name: str) -> Worker:
@@ -183,7 +187,7 @@ class WorkerPool:
         worker = self.slot(name)
         self._wanted.add(name)
         worker.start()
-        await worker.ready()
+        await worker.ready(self.ready_timeout_s)
         return worker
 
     def live(self) -> list[Worker]:
