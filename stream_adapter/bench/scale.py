@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from stream_adapter.chaos.environment import create_run_topics, run_settings
 from stream_adapter.chaos.harness import Worker, WorkerPool
 from stream_adapter.chaos.report import longest_gap
+from stream_adapter.partitions import partition_for
 from stream_adapter.settings import Settings
 
 MAX_WORKERS = 3
@@ -180,7 +181,7 @@ class _Group:
             bootstrap_servers=self.settings.bootstrap_servers,
             acks="all",
             enable_idempotence=True,
-            linger_ms=5,
+            max_batch_size=256 << 10,
         )
         self.sent = 0
 
@@ -196,11 +197,24 @@ class _Group:
         await self.producer.stop()
 
     async def _send(self, count: int) -> None:
+        """count echo calls, handed over as one record batch per partition (keys partitioned
+        as the Java client does): a send per record made the harness, not the workers, the
+        limit of a burst."""
+        topic, partitions = self.settings.calls_topic, self.settings.partitions
+        batches: dict[int, Any] = {}
         for _ in range(count):
-            await self.producer.send(
-                self.settings.calls_topic, _envelope(self.sent), key=b"%d" % (self.sent % 1024)
-            )
+            key = b"%d" % (self.sent % 1024)
+            partition = partition_for(key, partitions)
+            value = _envelope(self.sent)
+            batch = batches.get(partition)
+            if batch is None or batch.append(key=key, value=value, timestamp=None) is None:
+                if batch is not None:  # full: send it, start the next
+                    await self.producer.send_batch(batch, topic, partition=partition)
+                batch = batches[partition] = self.producer.create_batch()
+                batch.append(key=key, value=value, timestamp=None)
             self.sent += 1
+        for partition, batch in batches.items():
+            await self.producer.send_batch(batch, topic, partition=partition)
 
     async def burst(self, calls: int, timeout_s: float) -> Burst:
         live = self.pool.live()
