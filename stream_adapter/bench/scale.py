@@ -35,6 +35,7 @@ PACED_FRACTION = 0.3
 """The join pauses are measured under a paced load at this fraction of one worker's rate."""
 SETTLE_S = 5.0
 """After a joining worker is ready, the pause window goes on this long."""
+MIN_SPAN_S = 0.1
 _TICK_S = 0.01
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -100,7 +101,7 @@ class ScaleResults:
 
 
 class _Replies:
-    """Follows a replies topic; counts replies and keeps when each batch arrived."""
+    """Follows a replies topic; counts the calls answered and keeps when each batch arrived."""
 
     def __init__(self, settings: Settings) -> None:
         self._consumer = AIOKafkaConsumer(
@@ -110,7 +111,9 @@ class _Replies:
             enable_auto_commit=False,
         )
         self.count = 0
-        self.batches: list[tuple[float, int]] = []  # (time.monotonic(), replies)
+        """Calls answered (each counted once, by the `i` its echo carries)."""
+        self.batches: list[tuple[float, int]] = []  # (time.monotonic(), calls answered)
+        self._seen: set[int] = set()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -127,7 +130,13 @@ class _Replies:
     async def _follow(self) -> None:
         while True:
             batches = await self._consumer.getmany(timeout_ms=100, max_records=20_000)
-            n = sum(len(records) for records in batches.values())
+            before = len(self._seen)
+            for records in batches.values():
+                for record in records:
+                    result = orjson.loads(record.value).get("result")
+                    if isinstance(result, dict) and "i" in result:
+                        self._seen.add(result["i"])
+            n = len(self._seen) - before  # a reply again after a rebalance is not counted
             if n:
                 self.count += n
                 self.batches.append((time.monotonic(), n))
@@ -140,11 +149,14 @@ class _Replies:
             await asyncio.sleep(0.05)
 
     def rate_since(self, start: float) -> float:
-        """Replies per second from the first to the last batch that arrived after start."""
+        """Replies per second from the first to the last batch that arrived after start (a
+        burst answered in one fetch counts as MIN_SPAN_S long)."""
         after = [(t, n) for t, n in self.batches if t >= start]
-        if len(after) < 2:
+        if not after:
             return 0.0
-        return sum(n for _, n in after[1:]) / max(after[-1][0] - after[0][0], 1e-3)
+        if len(after) == 1:
+            return after[0][1] / MIN_SPAN_S
+        return sum(n for _, n in after[1:]) / max(after[-1][0] - after[0][0], MIN_SPAN_S)
 
     def arrivals(self) -> list[float]:
         return [t for t, _ in self.batches]

@@ -14,7 +14,7 @@ async def test_scale_out_measures_each_group_size(kafka_bootstrap: str, tmp_path
     results = await run_scale(
         kafka_bootstrap,
         tmp_path / "run",
-        calls=200,
+        calls=500,
         partitions=6,
         replication=1,
         rounds=1,
@@ -23,7 +23,8 @@ async def test_scale_out_measures_each_group_size(kafka_bootstrap: str, tmp_path
     )
     groups = [(b.workers, b.partitions) for b in results.bursts]
     assert groups == [(1, 6), (2, 6), (3, 6), (1, 1)]
-    assert all(b.calls_per_s > 0 and b.cpu_ms_per_call > 0 for b in results.bursts)
+    # CPU is counted in clock ticks (10 ms): a burst this small may round to none.
+    assert all(b.calls_per_s > 0 and b.cpu_ms_per_call >= 0 for b in results.bursts)
     assert [j.workers_after for j in results.joins] == list(range(2, MAX_WORKERS + 1))
     assert all(j.pause_s > 0 and j.ready_s > 0 for j in results.joins)
     lines: list[str] = []
