@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from stream_adapter import kafka_clients
 from stream_adapter.chaos.environment import create_run_topics, run_settings
 from stream_adapter.chaos.harness import Worker, WorkerPool
 from stream_adapter.chaos.report import longest_gap
@@ -104,11 +104,8 @@ class _Replies:
     """Follows a replies topic; counts the calls answered and keeps when each batch arrived."""
 
     def __init__(self, settings: Settings) -> None:
-        self._consumer = AIOKafkaConsumer(
-            settings.replies_topic,
-            bootstrap_servers=settings.bootstrap_servers,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
+        self._consumer = kafka_clients.consumer(
+            settings, settings.replies_topic, auto_offset_reset="earliest"
         )
         self.count = 0
         """Calls answered (each counted once, by the `i` its echo carries)."""
@@ -189,11 +186,8 @@ class _Group:
         )
         self.pool = WorkerPool(self.settings, workdir / "workers")
         self.replies = _Replies(self.settings)
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.bootstrap_servers,
-            acks="all",
-            enable_idempotence=True,
-            max_batch_size=256 << 10,
+        self.producer = kafka_clients.producer(
+            self.settings, enable_idempotence=True, max_batch_size=256 << 10
         )
         self.sent = 0
 

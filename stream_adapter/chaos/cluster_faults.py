@@ -16,6 +16,7 @@ from pathlib import Path
 
 from stream_adapter.broker import cluster
 from stream_adapter.errors import BrokerError
+from stream_adapter.settings import Settings
 
 from .observe import read_topic
 
@@ -71,9 +72,10 @@ class ClusterControl:
             raise BrokerError(f"no partition of {topics} has a leader")
         return counts.most_common(1)[0]
 
-    async def transaction_coordinator(self, id_prefix: str) -> tuple[int, int]:
-        """The node coordinating most transactional ids starting with id_prefix, and how many."""
-        records = await read_topic(self.bootstrap, TRANSACTION_STATE, timeout_s=30.0)
+    async def transaction_coordinator(self, settings: Settings, id_prefix: str) -> tuple[int, int]:
+        """The node coordinating most transactional ids starting with id_prefix, and how many
+        (read with settings' client options)."""
+        records = await read_topic(settings, TRANSACTION_STATE, timeout_s=30.0)
         partitions = {
             message.partition
             for message in records

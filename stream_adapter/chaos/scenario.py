@@ -244,7 +244,9 @@ class ChaosRun:
             node_id, count = await broker.busiest_leader(topics)
             target = f"node {node_id} (leads {count} of {2 * self.settings.partitions})"
         else:
-            node_id, count = await broker.transaction_coordinator(f"{self.settings.app_id}-")
+            node_id, count = await broker.transaction_coordinator(
+                self.settings, f"{self.settings.app_id}-"
+            )
             target = f"node {node_id} (coordinates {count} of the group's transaction logs)"
         await broker.kill_node(node_id)
 
