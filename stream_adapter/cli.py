@@ -57,7 +57,7 @@ LAZY = {
     ),
     "chaos": Lazy(
         "stream_adapter.chaos.commands:chaos",
-        "Calls under SIGKILLs, a broker restart and scaling; exit 1 unless nothing was lost.",
+        "Calls under SIGKILLs, broker faults and scaling; exit 1 unless nothing was lost.",
     ),
     "dlq": Lazy(
         "stream_adapter.ops.commands:dlq",
