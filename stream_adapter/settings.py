@@ -60,6 +60,12 @@ class Settings(BaseSettings):
     )
     partitions: int = Field(default=8, ge=1, description="Partitions of every topic created.")
     replication_factor: int = Field(default=1, ge=1, description="Replicas of every topic created.")
+    min_insync_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        description="min.insync.replicas of every topic created (default: 2 from replication 3 "
+        "up, else the broker's).",
+    )
     max_in_flight: int = Field(
         default=64, ge=1, description="Tools that run at once in one worker."
     )
@@ -163,6 +169,26 @@ class Settings(BaseSettings):
             data = {**data, "broker": servers}
         return data
 
+    @model_validator(mode="after")
+    def _min_insync_fits(self) -> Settings:
+        """A topic cannot require more in-sync replicas than it has: every write would fail."""
+        if self.min_insync_replicas is not None and (
+            self.min_insync_replicas > self.replication_factor
+        ):
+            raise ValueError(
+                f"min_insync_replicas ({self.min_insync_replicas}) exceeds "
+                f"replication_factor ({self.replication_factor})"
+            )
+        return self
+
+    @property
+    def topic_min_insync(self) -> int | None:
+        """The `min.insync.replicas` our topics get: the setting, else 2 from replication 3 up
+        (one replica may be down without refusing writes, none acknowledged on one copy)."""
+        if self.min_insync_replicas is not None:
+            return self.min_insync_replicas
+        return 2 if self.replication_factor >= 3 else None
+
     @field_validator("broker")
     @classmethod
     def _broker_url(cls, value: str) -> str:
@@ -209,11 +235,13 @@ class Settings(BaseSettings):
     def to_env(self) -> dict[str, str]:
         """These settings as STREAM_ADAPTER_* variables, for a child process to read back.
 
-        Secrets are revealed here (a child needs them): never log what this returns.
+        Secrets are revealed here (a child needs them): never log what this returns. Unset
+        optional fields (None) are left out: the variable's absence is their value.
         """
         return {
             f"{ENV_PREFIX}{name.upper()}": str(value)
             for name, value in self.model_dump(mode="json").items()
+            if value is not None
         } | {
             f"{ENV_PREFIX}{name.upper()}": value.get_secret_value()
             for name, value in self

@@ -74,6 +74,12 @@ from stream_adapter.settings import Settings
     help="A fresh local broker for the run, or the settings' broker "
     "(default: the settings' broker when --broker or its variable names one).",
 )
+@click.option(
+    "--scale-out",
+    is_flag=True,
+    help="Instead: 1, 2 and 3 workers on a three-node cluster (throughput, CPU per call, "
+    "join pauses; stream_adapter/bench/scale.py). Try --calls 20000.",
+)
 @click.pass_context
 def bench(
     ctx: click.Context,
@@ -86,6 +92,7 @@ def bench(
     paced_fractions: tuple[float, ...],
     warm_paced_s: float,
     own_broker: bool | None,
+    scale_out: bool,
 ) -> None:
     """Measure the worker side by side with an aiokafka loop and Quix Streams apps.
 
@@ -103,6 +110,21 @@ def bench(
     def step(text: str) -> None:
         minutes, seconds = divmod(int(time.monotonic() - started), 60)
         note(f"[{minutes:02d}:{seconds:02d}] {text}")
+
+    if scale_out:
+        from stream_adapter.bench.scale import scale_out_command
+
+        scale_out_command(
+            settings.bootstrap_servers,
+            calls=calls,
+            partitions=partitions,
+            out=out,
+            own_broker=own_broker,
+            jars_dir=Path(".kafka/libs"),
+            say=step,
+            table=click.echo,
+        )
+        return
 
     with tempfile.TemporaryDirectory(prefix="sa-bench-") as home:
         config = None

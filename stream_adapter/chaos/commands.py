@@ -1,8 +1,9 @@
 """`stream-adapter chaos` and `stream-adapter fuzz`: run with progress on stderr, print the
 figures and a summary, write the figures as JSON.
 
-Both start a broker of their own (the chaos run kills and restarts it) unless `--broker` (or
-its environment variable) names one, which is then used as it is and never restarted.
+Both start a broker of their own (the chaos run kills and restarts it; `chaos --brokers 3` a
+three-node cluster whose nodes it kills and restarts) unless `--broker` (or its environment
+variable) names one, which is then used as it is and never restarted.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from stream_adapter.commands import ExitCode, note, source_of
 from stream_adapter.commands.progress import live_status
 
 if TYPE_CHECKING:
+    from .cluster_faults import ClusterControl
     from .fuzz import FuzzRun
     from .harness import BrokerControl
     from .scenario import ChaosRun
@@ -35,16 +37,27 @@ def _given_broker(ctx: click.Context) -> str | None:
 
 
 async def _with_broker(
-    bootstrap: str | None, home: Path, jars_dir: Path, work: Callable[[BrokerControl], Awaitable[T]]
+    bootstrap: str | None,
+    home: Path,
+    jars_dir: Path,
+    work: Callable[[BrokerControl | ClusterControl], Awaitable[T]],
+    brokers: int = 1,
 ) -> T:
-    """Run work against the given bootstrap, or a fresh local broker under home (stopped after)."""
+    """Run work against the given bootstrap, or a fresh local broker or cluster under home
+    (stopped after)."""
+    from .cluster_faults import ClusterControl
     from .harness import BrokerControl
 
     if bootstrap:
         note(f"using the broker at {bootstrap} (it is not restarted)")
         return await work(BrokerControl(bootstrap))
-    note("starting a local Kafka broker")
-    broker = await BrokerControl.start_local(home / "kafka", jars_dir)
+    broker: BrokerControl | ClusterControl
+    if brokers > 1:
+        note(f"starting a local Kafka cluster of {brokers} nodes")
+        broker = await ClusterControl.start_local(home / "kafka", jars_dir, brokers)
+    else:
+        note("starting a local Kafka broker")
+        broker = await BrokerControl.start_local(home / "kafka", jars_dir)
     note(f"local broker on {broker.bootstrap}")
     try:
         return await work(broker)
@@ -58,7 +71,10 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 async def _chaos_with_progress(run: ChaosRun) -> Any:
-    planned = run.options.kills + 2 + (1 if run.options.broker_restart else 0)
+    from .scenario import broker_faults
+
+    scaling = 2 if run.options.scale else 0
+    planned = run.options.kills + scaling + len(broker_faults(run.options, run.broker.restartable))
 
     def describe(elapsed_s: float) -> str:
         return (
@@ -107,7 +123,30 @@ _workdir = click.option(
 @click.option("--session-timeout", type=click.FloatRange(1), default=10.0, show_default=True)
 @click.option("--max-seconds", type=click.FloatRange(10), default=1800.0, show_default=True)
 @click.option("--seed", type=int, default=None, help="Seed of the call mix and the faults.")
-@click.option("--no-broker-restart", is_flag=True, help="Skip the broker kill and restart.")
+@click.option("--no-broker-restart", is_flag=True, help="Skip the broker faults.")
+@click.option(
+    "--brokers",
+    type=click.Choice(["1", "3"]),
+    default="1",
+    show_default=True,
+    help="3: a local three-node cluster (replication 3, min ISR 2) whose faults replace the "
+    "broker restart: the busiest leader SIGKILLed, a rolling restart, and (exactly once) the "
+    "transaction coordinator SIGKILLed.",
+)
+@click.option(
+    "--steady-load/--no-steady-load",
+    default=None,
+    help="Keep sending calls past --calls until the last fault has recovered, so each fault "
+    "happens under load [default: on with --brokers 3].",
+)
+@click.option(
+    "--node-down",
+    "node_down_s",
+    type=click.FloatRange(0),
+    default=15.0,
+    show_default=True,
+    help="Seconds a SIGKILLed node of the cluster stays down.",
+)
 @click.option(
     "--json", "json_path", type=click.Path(path_type=Path), default=Path("chaos-figures.json")
 )
@@ -125,17 +164,23 @@ def chaos(
     max_seconds: float,
     seed: int | None,
     no_broker_restart: bool,
+    brokers: str,
+    steady_load: bool | None,
+    node_down_s: float,
     json_path: Path,
     jars_dir: Path,
     workdir: Path | None,
 ) -> None:
-    """Calls under SIGKILLs, a broker restart and scaling; exit 1 unless nothing was lost."""
+    """Calls under SIGKILLs, broker faults and scaling; exit 1 unless nothing was lost."""
     from rich.console import Console
+
+    from stream_adapter import logs
 
     from .observe import quiet_kafka_logs
     from .report import render
     from .scenario import ChaosOptions, ChaosRun
 
+    logs.configure_logging("INFO")  # the faults and resends as they happen, with their fields
     quiet_kafka_logs()
     bootstrap = _given_broker(ctx)
     options = ChaosOptions(
@@ -148,27 +193,33 @@ def chaos(
         session_timeout_s=session_timeout,
         max_seconds=max_seconds,
         seed=seed,
+        brokers=int(brokers),
+        node_down_s=node_down_s,
+        steady_load=steady_load if steady_load is not None else brokers == "3",
     )
     with _run_dir(workdir) as root:
         if bootstrap and not no_broker_restart:
-            note("a given broker cannot be restarted: the run skips the broker restart")
+            note("a given broker cannot be restarted: the run skips the broker faults")
         figures = asyncio.run(
             _with_broker(
                 bootstrap,
                 root,
                 jars_dir,
                 lambda b: _chaos_with_progress(ChaosRun(options, b, root / "run")),
+                options.brokers,
             )
         )
     render(figures, Console())
     _write_json(json_path, {"options": dataclasses.asdict(options), "figures": figures.to_json()})
-    restarts = sum(1 for f in figures.faults if f.kind == "broker restart")
+    worker_faults = {"worker SIGKILL", "scale-up 1->2", "scale-down 2->1"}
+    restarts = sum(1 for f in figures.faults if f.kind not in worker_faults)
     click.echo(
         f"chaos {'PASSED' if figures.passed else 'FAILED'} ({figures.guarantee}): "
         f"{figures.calls} calls in {figures.duration_s:.0f} s, {figures.worker_kills} worker "
-        f"kill(s), {restarts} broker restart(s); {figures.calls_without_terminal_reply} without "
+        f"kill(s), {restarts} broker fault(s); {figures.calls_without_terminal_reply} without "
         f"a final reply, {figures.approved_runs_twice} approved run twice, final lag "
-        f"{figures.final_lag}; figures in {json_path}"
+        f"{figures.final_lag}, longest time without a reply {figures.longest_reply_gap_s:.1f} s; "
+        f"figures in {json_path}"
     )
     raise click.exceptions.Exit(int(ExitCode.OK if figures.passed else ExitCode.FAILED))
 

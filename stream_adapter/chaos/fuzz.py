@@ -27,6 +27,7 @@ from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
 
+from .cluster_faults import ClusterControl
 from .environment import create_run_topics, run_settings
 from .harness import BrokerControl, WorkerPool
 from .load import CallSender, CallSpec, producer_for
@@ -119,7 +120,9 @@ def build_decisions(
 
 
 class FuzzRun:
-    def __init__(self, options: FuzzOptions, broker: BrokerControl, workdir: Path) -> None:
+    def __init__(
+        self, options: FuzzOptions, broker: BrokerControl | ClusterControl, workdir: Path
+    ) -> None:
         self.options = options
         self.rng = random.Random(options.seed)
         self.settings: Settings = run_settings(
@@ -310,7 +313,9 @@ def _signed_approval(keys: DecisionKeys, approval_id: str) -> tuple[bytes, Heade
     return decision_message(Decision(approval_id=approval_id, approved=True, reviewer="fuzz"), keys)
 
 
-async def run_fuzz(options: FuzzOptions, broker: BrokerControl, workdir: Path) -> FuzzFigures:
+async def run_fuzz(
+    options: FuzzOptions, broker: BrokerControl | ClusterControl, workdir: Path
+) -> FuzzFigures:
     """One fuzz run against broker, its files under workdir."""
     return await FuzzRun(options, broker, workdir).run()
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from stream_adapter.broker import local
 from stream_adapter.errors import BrokerError
-from stream_adapter.settings import Settings
+from stream_adapter.settings import ENV_PREFIX, Settings
 
 READY_LINE = b"Worker ready"
 
@@ -69,8 +69,9 @@ class BrokerControl:
 def worker_env(settings: Settings, extra: dict[str, str]) -> dict[str, str]:
     """The environment of a worker process: the settings as STREAM_ADAPTER_* plus extra."""
     env = dict(os.environ)
-    for name, value in settings.model_dump(mode="json").items():
-        env[f"STREAM_ADAPTER_{name.upper()}"] = str(value)
+    for name in Settings.model_fields:  # an unset field must not come from this environment
+        env.pop(f"{ENV_PREFIX}{name.upper()}", None)
+    env.update(settings.to_env())
     env.update(extra)
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -166,6 +167,10 @@ class WorkerPool:
     extra_env: dict[str, str] = field(default_factory=dict)
     workers: dict[str, Worker] = field(default_factory=dict)
     unplanned_exits: list[str] = field(default_factory=list)
+    ready_timeout_s: float = 300.0
+    """How long a (re)started slot may take to be ready: an exactly-once takeover on a busy
+    machine waits for the dead owner's transactions to be aborted, and a supervisor would
+    not give up either."""
     _wanted: set[str] = field(default_factory=set)
 
     def slot(self, name: str) -> Worker:
@@ -182,7 +187,7 @@ class WorkerPool:
         worker = self.slot(name)
         self._wanted.add(name)
         worker.start()
-        await worker.ready()
+        await worker.ready(self.ready_timeout_s)
         return worker
 
     def live(self) -> list[Worker]:

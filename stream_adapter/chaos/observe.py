@@ -68,6 +68,8 @@ class ReplyReader:
         self.by_call: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.by_message: dict[str, list[dict[str, Any]]] = defaultdict(list)  # by delivery id
         self.count = 0
+        self.arrivals: list[float] = []
+        """When (time.monotonic) each batch of replies arrived, in order."""
         self.hooks: list[ReplyHook] = []
         self.changed = asyncio.Event()
         self._consumer = _consumer(settings, read_committed=read_committed)
@@ -101,6 +103,7 @@ class ReplyReader:
                     for hook in self.hooks:
                         await hook(reply)
             if batches:
+                self.arrivals.append(time.monotonic())
                 self.changed.set()
 
     async def until(self, check: Callable[[], bool], *, timeout_s: float) -> bool:

@@ -33,6 +33,8 @@ class FaultRecord:
     target: str
     at_s: float
     recover_s: float | None
+    gap_s: float | None = None
+    """The longest time without any reply between the fault and its recovery."""
 
 
 @dataclass(slots=True)
@@ -56,6 +58,8 @@ class ChaosFigures:
     worker_kills: int
     unplanned_worker_exits: int
     producer_resends: int
+    longest_reply_gap_s: float = 0.0
+    """The longest time without any reply while calls were outstanding: the outage seen."""
     faults: list[FaultRecord] = field(default_factory=list)
     outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
     missing_examples: list[str] = field(default_factory=list)
@@ -73,6 +77,20 @@ class ChaosFigures:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed}
+
+
+def longest_gap(arrivals: Sequence[float], start: float, end: float) -> float:
+    """The longest stretch of [start, end] without an arrival (arrivals sorted, in seconds)."""
+    last = start
+    longest = 0.0
+    for t in arrivals:
+        if t <= start:
+            continue
+        if t >= end:
+            break
+        longest = max(longest, t - last)
+        last = t
+    return max(longest, end - last)
 
 
 def ledger_counts(path: Path) -> Counter[str]:
@@ -167,6 +185,7 @@ def render(figures: ChaosFigures, console: Console) -> None:
         ("  of them terminal", figures.duplicate_terminal_replies),
         ("unexpected outcomes", figures.unexpected_outcomes),
         ("final consumer lag", figures.final_lag),
+        ("longest time without a reply (s)", f"{figures.longest_reply_gap_s:.1f}"),
         ("worker SIGKILLs", figures.worker_kills),
         ("unplanned worker exits", figures.unplanned_worker_exits),
         ("producer resends", figures.producer_resends),
@@ -176,8 +195,9 @@ def render(figures: ChaosFigures, console: Console) -> None:
     for tool, counts in figures.outcomes.items():
         table.add_row(f"outcomes: {tool}", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     console.print(table)
-    faults = Table("fault", "target", "at (s)", "recovered after (s)")
+    faults = Table("fault", "target", "at (s)", "recovered after (s)", "longest gap (s)")
     for fault in figures.faults:
         recovered = "NOT RECOVERED" if fault.recover_s is None else f"{fault.recover_s:.1f}"
-        faults.add_row(fault.kind, fault.target, f"{fault.at_s:.1f}", recovered)
+        gap = "-" if fault.gap_s is None else f"{fault.gap_s:.1f}"
+        faults.add_row(fault.kind, fault.target, f"{fault.at_s:.1f}", recovered, gap)
     console.print(faults)

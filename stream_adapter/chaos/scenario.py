@@ -1,5 +1,6 @@
-"""The chaos run: a paced call mix while workers are SIGKILLed, the broker restarts, and the
-group scales 1 -> 2 -> 1; then the figures (report.py).
+"""The chaos run: a paced call mix while workers are SIGKILLed, the broker restarts (or, on a
+three-node cluster, the busiest leader and the transaction coordinator are SIGKILLed and all
+nodes restart one by one), and the group scales 1 -> 2 -> 1; then the figures (report.py).
 
 Faults happen one after another at random points of the load (a fraction of the calls sent),
 each followed by a recovery probe: one echo call per partition, sent right after the fault.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import time
 import uuid
@@ -23,6 +25,7 @@ from stream_adapter import logs
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
 
+from .cluster_faults import ClusterControl
 from .environment import create_run_topics, run_settings
 from .harness import BrokerControl, WorkerPool
 from .load import AutoReviewer, CallSender, CallSpec, call_mix, producer_for
@@ -32,6 +35,7 @@ from .report import (
     ChaosFigures,
     FaultRecord,
     ledger_counts,
+    longest_gap,
     pending_records,
     reply_figures,
 )
@@ -42,6 +46,12 @@ SCALE_UP, KILL, BROKER, SCALE_DOWN = (
     "broker restart",
     "scale-down 2->1",
 )
+LEADER_KILL, ROLLING, COORDINATOR_KILL = (
+    "leader SIGKILL + restart",
+    "rolling restart",
+    "coordinator SIGKILL + restart",
+)
+CLUSTER_FAULTS = (LEADER_KILL, ROLLING, COORDINATOR_KILL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +62,17 @@ class ChaosOptions:
     rate: float = 40.0  # calls per second
     kills: int = 3
     broker_restart: bool = True
+    """The broker faults: a restart of the single broker, or all of CLUSTER_FAULTS."""
     broker_down_s: float = 3.0
+    brokers: int = 1
+    cluster_faults: tuple[str, ...] = CLUSTER_FAULTS
+    """Which cluster faults (coordinator kills happen in exactly-once runs only)."""
+    node_down_s: float = 15.0
+    """How long a SIGKILLed node of a cluster stays down."""
+    scale: bool = True
+    steady_load: bool = False
+    """Keep sending past `calls` until the last fault has recovered (the reply gaps then
+    measure outages, not the end of the load)."""
     guarantee: str = "at_least_once"
     partitions: int = 8
     session_timeout_s: float = 10.0
@@ -61,22 +81,37 @@ class ChaosOptions:
     seed: int | None = None
 
 
-def fault_plan(rng: random.Random, kills: int, broker_restart: bool) -> list[tuple[float, str]]:
+def fault_plan(
+    rng: random.Random, kills: int, broker_faults: list[str], scale: bool = True
+) -> list[tuple[float, str]]:
     """(fraction of calls sent, fault): scale up early, down late, the rest between, shuffled."""
-    middle = [KILL] * kills + ([BROKER] if broker_restart else [])
+    middle = [KILL] * kills + broker_faults
     rng.shuffle(middle)
-    plan = [(rng.uniform(0.05, 0.15), SCALE_UP)]
+    plan = [(rng.uniform(0.05, 0.15), SCALE_UP)] if scale else []
     width = 0.58 / max(1, len(middle))
     for i, kind in enumerate(middle):
         plan.append((0.2 + width * (i + rng.uniform(0.2, 0.8)), kind))
-    plan.append((rng.uniform(0.82, 0.9), SCALE_DOWN))
+    if scale:
+        plan.append((rng.uniform(0.82, 0.9), SCALE_DOWN))
     return plan
+
+
+def broker_faults(options: ChaosOptions, restartable: bool) -> list[str]:
+    """The run's broker faults: none for a given broker, else its single or cluster faults."""
+    if not (options.broker_restart and restartable):
+        return []
+    if options.brokers == 1:
+        return [BROKER]
+    exactly_once = options.guarantee == "exactly_once"
+    return [f for f in options.cluster_faults if f != COORDINATOR_KILL or exactly_once]
 
 
 class ChaosRun:
     """One run: its settings, processes, load, and the faults it caused."""
 
-    def __init__(self, options: ChaosOptions, broker: BrokerControl, workdir: Path) -> None:
+    def __init__(
+        self, options: ChaosOptions, broker: BrokerControl | ClusterControl, workdir: Path
+    ) -> None:
         self.options = options
         self.broker = broker
         self.workdir = workdir
@@ -89,6 +124,7 @@ class ChaosRun:
             processing_guarantee=options.guarantee,
             session_timeout_s=options.session_timeout_s,
             retry_backoff_s=0.05,
+            replication_factor=broker.nodes if isinstance(broker, ClusterControl) else 1,
         )
         self.ledger = workdir / "ledger.jsonl"
         self.pool = WorkerPool(
@@ -101,19 +137,33 @@ class ChaosRun:
         self.faults: list[FaultRecord] = []
         self.kills = 0
         self.started = time.monotonic()
+        self.faults_done = asyncio.Event()
+        # Calls beyond options.calls (see _produce) come from their own generator, so the
+        # faults drawn from self.rng stay the same for a seed.
+        self.more_rng = random.Random(None if options.seed is None else options.seed + 1)
 
     def _terminal(self, call_id: str) -> bool:
         return any(r.get("status") in TERMINAL for r in self.reader.by_call.get(call_id, ()))
 
     async def _produce(self, sender: CallSender, calls: list[CallSpec]) -> None:
-        """Send the calls at the configured rate (the pacing is the point, so it sleeps)."""
+        """Send the calls at the configured rate (the pacing is the point, so it sleeps).
+
+        With `steady_load`, while faults are still under way after the last call, more of the
+        same mix follow (appended to calls), so every fault and its recovery happen under load.
+        """
         start = time.monotonic()
-        for i, call in enumerate(calls):
+        i = 0
+        steady = self.options.steady_load
+        while i < len(calls) or (steady and not self.faults_done.is_set()):
+            if i == len(calls):
+                calls.extend(call_mix(max(1, int(self.options.rate * 5)), self.more_rng))
             delay = start + i / self.options.rate - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            call = calls[i]
             await sender.send(call.envelope(), key=call.run_id.encode())
-            self.sent = i + 1
+            i += 1
+            self.sent = i
             self.sent_changed.set()
 
     async def _sent_at_least(self, count: int) -> None:
@@ -153,11 +203,13 @@ class ChaosRun:
             self.pool.kill(victim)
             self.kills += 1
             action = lambda: self.pool.start(victim.name)  # noqa: E731 - a supervisor restarts it
-        elif kind == BROKER:
+        elif kind == BROKER and isinstance(self.broker, BrokerControl):
             target = "broker"
             await self.broker.kill()
             await asyncio.sleep(self.options.broker_down_s)  # the outage itself
             await self.broker.start_again()
+        elif kind in CLUSTER_FAULTS and isinstance(self.broker, ClusterControl):
+            target, action = await self._cluster_fault(kind, self.broker)
         elif kind == SCALE_DOWN:
             victim = self.rng.choice(self.pool.live())
             target = victim.name
@@ -175,13 +227,48 @@ class ChaosRun:
                 recover = await self._probe(sender, at)
         self.faults.append(FaultRecord(kind, target, round(at - self.started, 2), recover))
 
+    async def _cluster_fault(
+        self, kind: str, broker: ClusterControl
+    ) -> tuple[str, Callable[[], Coroutine[Any, Any, object]]]:
+        """Hit the cluster; (the target's name, the follow-up that brings it back)."""
+        if kind == ROLLING:
+
+            async def one_by_one() -> None:
+                for node_id in broker.config.node_ids:
+                    await broker.terminate_node(node_id)
+                    await broker.restart_node(node_id)
+
+            return "every node, one by one", one_by_one
+        if kind == LEADER_KILL:
+            topics = [self.settings.calls_topic, self.settings.replies_topic]
+            node_id, count = await broker.busiest_leader(topics)
+            target = f"node {node_id} (leads {count} of {2 * self.settings.partitions})"
+        else:
+            node_id, count = await broker.transaction_coordinator(
+                self.settings, f"{self.settings.app_id}-"
+            )
+            target = f"node {node_id} (coordinates {count} of the group's transaction logs)"
+        await broker.kill_node(node_id)
+
+        async def back() -> None:
+            await asyncio.sleep(self.options.node_down_s)  # the outage itself
+            await broker.restart_node(node_id)
+
+        return target, back
+
     async def _faults(self, sender: CallSender) -> None:
         plan = fault_plan(
-            self.rng, self.options.kills, self.options.broker_restart and self.broker.restartable
+            self.rng,
+            self.options.kills,
+            broker_faults(self.options, self.broker.restartable),
+            self.options.scale,
         )
-        for fraction, kind in plan:
-            await self._sent_at_least(max(1, int(fraction * self.options.calls)))
-            await self._fault(kind, sender)
+        try:
+            for fraction, kind in plan:
+                await self._sent_at_least(max(1, int(fraction * self.options.calls)))
+                await self._fault(kind, sender)
+        finally:
+            self.faults_done.set()
 
     async def _supervise(self) -> None:
         while True:
@@ -214,6 +301,7 @@ class ChaosRun:
                 lambda: all(self._terminal(c.call_id) for c in calls),
                 timeout_s=max(1.0, deadline - time.monotonic()),
             )
+            answered_at = time.monotonic()
             lag = await settle_lag(self.settings, timeout_s=max(10.0, deadline - time.monotonic()))
             duration = time.monotonic() - self.started
             changelog = await read_topic(
@@ -228,7 +316,21 @@ class ChaosRun:
             await self.reader.stop()
             await producer.stop()
             await self.pool.stop_all()
-        return self._figures(calls, lag, duration, changelog, sender.resends)
+        figures = self._figures(calls, lag, duration, changelog, sender.resends)
+        figures.longest_reply_gap_s, figures.faults = self._gaps(answered_at)
+        return figures
+
+    def _gaps(self, answered_at: float) -> tuple[float, list[FaultRecord]]:
+        """The longest time without a reply, over the run and within each fault's recovery."""
+        arrivals = self.reader.arrivals
+        overall = longest_gap(arrivals, arrivals[0], answered_at) if arrivals else 0.0
+        faults = []
+        for fault in self.faults:
+            start = self.started + fault.at_s
+            end = start + (fault.recover_s if fault.recover_s is not None else 0.0)
+            gap = longest_gap(arrivals, start, max(end, start))
+            faults.append(dataclasses.replace(fault, gap_s=round(gap, 2)))
+        return round(overall, 2), faults
 
     def _figures(
         self,
@@ -252,7 +354,7 @@ class ChaosRun:
         return ChaosFigures(
             guarantee=self.options.guarantee,
             reader="read_committed" if self.exactly_once else "read_uncommitted",
-            broker="local, restarted" if self.broker.restartable else "given (not restarted)",
+            broker=self._broker_words(),
             calls=len(calls),
             duration_s=round(duration, 1),
             calls_without_terminal_reply=len(replies.without_terminal),
@@ -272,7 +374,15 @@ class ChaosRun:
             missing_examples=replies.without_terminal[:10],
         )
 
+    def _broker_words(self) -> str:
+        if isinstance(self.broker, ClusterControl):
+            rf = self.settings.replication_factor
+            return f"local cluster of {self.broker.nodes} nodes, replication {rf}"
+        return "local, restarted" if self.broker.restartable else "given (not restarted)"
 
-async def run_chaos(options: ChaosOptions, broker: BrokerControl, workdir: Path) -> ChaosFigures:
+
+async def run_chaos(
+    options: ChaosOptions, broker: BrokerControl | ClusterControl, workdir: Path
+) -> ChaosFigures:
     """One chaos run against broker, its files under workdir."""
     return await ChaosRun(options, broker, workdir).run()

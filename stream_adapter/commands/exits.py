@@ -56,7 +56,8 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.NOT_PENDING: (
         "no such approval or reviewer, or the approval is not pending (resolve: not unknown)"
     ),
-    ExitCode.TOPICS: "a topic is missing or differs from what the settings ask for",
+    ExitCode.TOPICS: "a topic is missing or differs from what the settings ask for, or has "
+    "under-replicated partitions",
     ExitCode.BROKER: "the broker cannot be reached, started or refused the request",
     ExitCode.CONFIG: "configuration: a bad value in the environment, the topology, or a codec",
     ExitCode.AUTHENTICATION: "Kafka refused the credentials (SASL_USERNAME, SASL_PASSWORD)",

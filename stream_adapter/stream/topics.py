@@ -1,7 +1,9 @@
-"""The topology's topics: what they must be, creating them idempotently, and reporting drift."""
+"""The topology's topics: what they must be, creating them idempotently, and reporting drift
+(partitions, replication factor, configs) and partitions short of in-sync replicas."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -39,6 +41,9 @@ class TopicState:
     partitions: int | None
     config: dict[str, str]
     created: bool = False
+    replication_factor: int | None = None
+    under_replicated: tuple[int, ...] = ()
+    """Partitions with fewer in-sync replicas than replicas (a broker down or catching up)."""
 
     @property
     def drift(self) -> list[str]:
@@ -48,10 +53,22 @@ class TopicState:
         out = []
         if self.partitions != self.spec.partitions:
             out.append(f"has {self.partitions} partitions, needs {self.spec.partitions}")
+        rf = self.replication_factor
+        if rf is not None and rf != self.spec.replication_factor:
+            out.append(f"replication factor {rf}, needs {self.spec.replication_factor}")
         for key, want in self.spec.config.items():
             have = self.config.get(key)
             if have != want:
                 out.append(f"{key}={have}, needs {want}")
+        return out
+
+    @property
+    def problems(self) -> list[str]:
+        """The drift, and partitions short of in-sync replicas right now."""
+        out = self.drift
+        if self.under_replicated:
+            listed = ", ".join(str(p) for p in self.under_replicated)
+            out.append(f"under-replicated partitions: {listed}")
         return out
 
 
@@ -61,15 +78,25 @@ def approval_requests_topic(settings: Settings) -> str:
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
-    """Every topic the topology reads or writes (contract §2), with partitions and configs."""
+    """Every topic the topology reads or writes (contract §2), with partitions and configs.
+
+    From replication 3 up every topic requires 2 in-sync replicas (`min_insync_replicas`):
+    an acks=all write is then on two brokers before it is acknowledged, and one broker may
+    be down without refusing writes.
+    """
     p, rf = settings.partitions, settings.replication_factor
+    base: dict[str, str] = {}
+    if settings.topic_min_insync is not None:
+        base["min.insync.replicas"] = str(settings.topic_min_insync)
     return [
-        TopicSpec(settings.calls_topic, p, rf, role="calls"),
-        TopicSpec(settings.replies_topic, p, rf, role="replies"),
-        TopicSpec(settings.decisions_topic, p, rf, role="decisions"),
-        TopicSpec(settings.approvals_topic, p, rf, dict(_COMPACT), role="approvals table"),
-        TopicSpec(settings.dlq_topic, p, rf, role="dead letters"),
-        TopicSpec(approval_requests_topic(settings), p, rf, role="internal: approval requests"),
+        TopicSpec(settings.calls_topic, p, rf, dict(base), role="calls"),
+        TopicSpec(settings.replies_topic, p, rf, dict(base), role="replies"),
+        TopicSpec(settings.decisions_topic, p, rf, dict(base), role="decisions"),
+        TopicSpec(settings.approvals_topic, p, rf, {**_COMPACT, **base}, role="approvals table"),
+        TopicSpec(settings.dlq_topic, p, rf, dict(base), role="dead letters"),
+        TopicSpec(
+            approval_requests_topic(settings), p, rf, dict(base), role="internal: approval requests"
+        ),
     ]
 
 
@@ -92,8 +119,19 @@ async def _describe(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -> l
     for spec in specs:
         meta: dict[str, Any] = metadata.get(spec.name, {})
         exists = spec.name in configs
-        partitions = len(meta.get("partitions", [])) if exists else None
-        states.append(TopicState(spec, exists, partitions, configs.get(spec.name, {})))
+        parts = meta.get("partitions", []) if exists else []
+        states.append(
+            TopicState(
+                spec,
+                exists,
+                len(parts) if exists else None,
+                configs.get(spec.name, {}),
+                replication_factor=max((len(p["replicas"]) for p in parts), default=None),
+                under_replicated=tuple(
+                    sorted(p["partition"] for p in parts if len(p["isr"]) < len(p["replicas"]))
+                ),
+            )
+        )
     return states
 
 
@@ -131,9 +169,7 @@ async def create_topics(settings: Settings) -> list[TopicState]:
                         f"{topic.get('error_message') or ''}".rstrip()
                     )
         after = await _describe(admin, specs)
-    return [
-        TopicState(s.spec, s.exists, s.partitions, s.config, s.spec.name in created) for s in after
-    ]
+    return [dataclasses.replace(s, created=s.spec.name in created) for s in after]
 
 
 def _admin(settings: Settings) -> AbstractAsyncContextManager[AIOKafkaAdminClient]:
