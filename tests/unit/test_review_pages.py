@@ -4,6 +4,7 @@ decision form sends the reviewer back. (The browser tests drive the same pages f
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -94,7 +95,12 @@ def test_units_come_from_the_schema_or_the_name() -> None:
     assert unit_of("amount", {"unit": "EUR"}) == "EUR"
 
 
-def test_the_catalog_holds_the_topology_s_served_tools_or_says_why_not() -> None:
+def test_the_catalog_holds_the_topology_s_served_tools_or_says_why_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # load_catalog exports the settings to the environment, as a review process does at
+    # start; give it a copy so later tests keep theirs.
+    monkeypatch.setattr(os, "environ", os.environ.copy())
     catalog = load_catalog(Settings(broker="127.0.0.1:1"))
     assert catalog.error is None
     assert set(catalog.tools) == set(TOOLS)
