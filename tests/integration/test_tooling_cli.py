@@ -30,12 +30,12 @@ async def test_chaos_takes_broker_and_ends_with_a_summary(
     )
     assert ran.code == 0, ran
     assert f"using the broker at {kafka_bootstrap} (it is not restarted)" in ran.err
-    assert "the run skips the broker restart" in ran.err
+    assert "the run skips the broker faults" in ran.err
     assert "starting a local Kafka broker" not in ran.err
     assert ran.out.splitlines()[-1].startswith("chaos PASSED (at_least_once): 20 calls in "), (
         ran.out
     )
-    assert "0 broker restart(s); 0 without a final reply" in ran.out
+    assert "0 broker fault(s); 0 without a final reply" in ran.out
     data = json.loads(figures.read_text())
     assert data["figures"]["passed"] is True and data["figures"]["broker"].startswith("given")
 
@@ -67,16 +67,16 @@ async def test_bench_takes_broker_shows_its_steps_and_ends_with_a_summary(
         run, "bench", *args, "--broker", kafka_bootstrap, cwd=tmp_path, timeout_s=400
     )
     assert ran.code == 0, ran
-    steps = ran.err.splitlines()
+    # aiokafka's own warning when a fresh topic's leader is still being elected is not ours.
+    steps = [line for line in ran.err.splitlines() if not line.startswith("Got error produce")]
     assert steps[0] == f"[00:00] using the broker at {kafka_bootstrap}", ran.err
     assert all(re.match(r"\[\d\d:\d\d\] ", step) for step in steps), ran.err
     assert any(step.endswith("running worker (200 calls)") for step in steps), ran.err
     summary = ran.out.splitlines()[-1]
     assert re.fullmatch(
-        r"bench done: 1 contender\(s\) in [\d.]+ min; worker [\d,]+ calls/s, p99 [\d.]+ ms "
+        r"bench done: 1 contender\(s\), \d+ round\(s\) in [\d.]+ min; "
+        r"medians: worker [\d,]+ calls/s, p99 [\d.]+ ms "
         rf"at [\d,]+/s; wrote {re.escape(str(out / 'bench.json'))} and .*bench\.png",
         summary,
     ), summary
-    assert [r["name"] for r in json.loads((out / "bench.json").read_text())["results"]] == [
-        "worker"
-    ]
+    assert list(json.loads((out / "bench.json").read_text())["throughput"]) == ["worker"]
