@@ -106,6 +106,19 @@ class Executor:
             )
             failed.original = exc  # kept off the traceback chain so no log prints its text
             raise failed from None
+        except BaseException as exc:
+            if _cancelled(exc):
+                raise  # the caller is being cancelled (a shutdown): let it stop
+            # SystemExit, KeyboardInterrupt or CancelledError raised by the tool itself: a
+            # failed call, never the end of the loop (or of the worker) that runs it.
+            ids = _ids(tool, run_id, call_id, approval_id)
+            logs.event(logs.WARNING, "tool raised", error_kind=ToolFailed.kind, **ids)
+            logs.event(logs.DEBUG, "tool exception", exc_type=type(exc).__name__, **ids)
+            failed = ToolFailed(
+                f"tool {tool.name!r} raised {type(exc).__name__}", retryable=False, **ids
+            )
+            failed.original = exc
+            raise failed from None
         finally:
             _current.reset(token)
         refused = _refused(result)
@@ -127,6 +140,17 @@ class Executor:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+
+def _cancelled(exc: BaseException) -> bool:
+    """True when exc is the cancellation of the running task, not one the tool raised."""
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop: nothing here can be cancelling us
+        return False
+    return task is not None and task.cancelling() > 0
 
 
 def _ids(tool: Tool, run_id: str, call_id: str, approval_id: str | None) -> dict[str, Any]:

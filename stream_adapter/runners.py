@@ -29,6 +29,25 @@ async def _bounded(work: Callable[[], Awaitable[T]], limit: float | None) -> T:
         return await work()
 
 
+class _Exit(Exception):
+    """Carries a SystemExit or KeyboardInterrupt out of the loop thread to the caller.
+
+    Raised inside a task, either one would stop the loop itself (asyncio re-raises them out of
+    run_forever): the loop's thread would die and the caller would wait forever.
+    """
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(type(exc).__name__)
+        self.exc = exc
+
+
+async def _carried(work: Callable[[], Awaitable[T]], limit: float | None) -> T:
+    try:
+        return await _bounded(work, limit)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Exit(exc) from None
+
+
 class RunSync:
     """A Runner with a fresh event loop per run; nothing loop-bound outlives the call."""
 
@@ -55,7 +74,13 @@ class LoopRunner:
     def loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, started if needed."""
         with self._lock:
-            if self._loop is None or self._pid != os.getpid() or self._loop.is_closed():
+            if (
+                self._loop is None
+                or self._pid != os.getpid()
+                or self._loop.is_closed()
+                or self._thread is None
+                or not self._thread.is_alive()
+            ):
                 self._start()
             assert self._loop is not None
             return self._loop
@@ -79,8 +104,11 @@ class LoopRunner:
         loop = self.loop
         if threading.current_thread() is self._thread:
             raise RuntimeError("LoopRunner.run called from its own loop; await the work instead")
-        future = asyncio.run_coroutine_threadsafe(_bounded(work, timeout), loop)
-        return future.result()
+        future = asyncio.run_coroutine_threadsafe(_carried(work, timeout), loop)
+        try:
+            return future.result()
+        except _Exit as carried:
+            raise carried.exc from None
 
     def close(self) -> None:
         """Cancel what is left, stop the loop and join its thread."""
