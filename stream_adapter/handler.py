@@ -20,6 +20,7 @@ from stream_adapter.approvals import (
     utc_now,
 )
 from stream_adapter.backend import Backend, executor_of
+from stream_adapter.budget import reserve
 from stream_adapter.envelope import Envelope, parse_envelope
 from stream_adapter.errors import (
     AdapterError,
@@ -158,12 +159,21 @@ async def _answer(
         return settled_reply(record)
     tool = tool or executor.resolve(record.tool, tools)
     store = _store(executor, tool.name)
-    if step is Step.RUN:
-        record, won = await store.claim(record.approval_id)
-    else:
-        record, won = await store.reclaim(record.approval_id, rerun_after_s=rerun_after_s)
-    if not won:
-        return await _answer(executor, record, tool=tool, tools=tools)
+    # Within a host's time budget, a run that cannot finish in time is not started at all.
+    with reserve(tool.timeout_s, tool=tool.name, approval_id=record.approval_id):
+        if step is Step.RUN:
+            record, won = await store.claim(record.approval_id)
+        else:
+            record, won = await store.reclaim(record.approval_id, rerun_after_s=rerun_after_s)
+        if won:
+            return await _run_claimed(executor, store, tool, record)
+    return await _answer(executor, record, tool=tool, tools=tools)
+
+
+async def _run_claimed(
+    executor: Executor, store: ApprovalStore, tool: Tool, record: ApprovalRecord
+) -> Reply:
+    """Run a claimed approval and finish its record with the terminal reply."""
     ids = {"run_id": record.run_id, "call_id": record.call_id, "approval_id": record.approval_id}
     try:
         result = await executor.run_tool(tool, record.arguments, **ids)

@@ -3,7 +3,8 @@
 contract §15. One invocation is one event: an SQS batch, an MSK / self-managed Kafka batch, an
 EventBridge event, or the envelope itself. Each invocation runs within
 ``min(timeout, remaining time - margin_s)`` seconds; what is not done by then is failed, so
-the host delivers it again.
+the host delivers it again. An approved call starts only when the time left holds its tool's
+timeout, and is never cut once started (budget.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
-from stream_adapter import logs
+from stream_adapter import budget, logs
+from stream_adapter.budget import time_budget
 from stream_adapter.errors import AdapterError, ToolTimeout
 from stream_adapter.events import (
     EventKind,
@@ -118,16 +120,17 @@ class _Run:
 
     def __call__(self, work: Callable[[], Awaitable[T]], limit: float) -> T:
         release = self.release
-        if release is None:
-            return self.runner.run(work, timeout=limit)
 
-        async def work_then_release() -> T:
+        async def within_budget() -> T:
+            # The budget, not the runner, times the work: an approved run holds it off.
             try:
-                return await work()
+                async with time_budget(limit):
+                    return await work()
             finally:
-                await release()
+                if release is not None:
+                    await release()
 
-        return self.runner.run(work_then_release, timeout=limit)
+        return self.runner.run(within_budget)
 
 
 RunOne = Callable[[Message, EventKind], Awaitable[Reply]]
@@ -175,6 +178,7 @@ def _sqs(run: _Run, run_one: RunOne, event: Mapping[str, Any], limit: float) -> 
 
     async def work() -> None:
         for index, message in enumerate(batch.messages):
+            budget.check()
             try:
                 await run_one(message, EventKind.SQS)
             except Exception as exc:
@@ -198,6 +202,7 @@ def _kafka(run: _Run, run_one: RunOne, event: Mapping[str, Any], limit: float) -
         for index, message in enumerate(group, start=first):
             if stop.is_set():
                 return
+            budget.check()
             try:
                 await run_one(message, EventKind.KAFKA)
             except Exception as exc:
