@@ -36,7 +36,7 @@ from stream_adapter.replies import Reply
 from stream_adapter.runners import LoopLocal, LoopRunner, Runner, RunSync, run_sync
 from stream_adapter.serverless import tool_handler
 from stream_adapter.stores import MemoryApprovalStore, SQLiteApprovalStore
-from stream_adapter.tools import CallContext, Tool, ToolRegistry, current_call
+from stream_adapter.tools import CallContext, Tool, ToolNames, ToolRegistry, current_call
 
 if TYPE_CHECKING:
     from stream_adapter.http import create_app
@@ -78,6 +78,7 @@ __all__ = [
     "TlsFailed",
     "Tool",
     "ToolFailed",
+    "ToolNames",
     "ToolNotFound",
     "ToolRegistry",
     "ToolTimeout",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +14,15 @@ import orjson
 from stream_adapter import logs
 from stream_adapter._json import MAX_DEPTH, JSONError, check_value
 from stream_adapter.errors import AdapterError, ToolFailed, ToolNotFound, ToolTimeout
-from stream_adapter.tools import CallContext, Tool, ToolRegistry, _current
+from stream_adapter.tools import (
+    CallContext,
+    Tool,
+    ToolNames,
+    ToolRegistry,
+    _current,
+    _refuse_str,
+    allow_list,
+)
 
 if TYPE_CHECKING:
     from stream_adapter.approvals import ApprovalStore
@@ -38,18 +46,23 @@ class Executor:
         store: ApprovalStore | None = None,
         *,
         origin: str = "queue",
-        tools: Collection[str] | None = None,
+        tools: ToolNames | None = None,
         max_threads: int = 32,
     ) -> None:
         self.registry = registry
         self.store = store
         self.origin = origin
-        self.tools = frozenset(tools) if tools is not None else None
+        self.tools = allow_list(tools)
         self._max_threads = max_threads
         self._pool: ThreadPoolExecutor | None = None
 
-    def resolve(self, name: str, tools: Collection[str] | None = None) -> Tool:
-        """The tool called name if every allow-list admits it; ToolNotFound reads the same."""
+    def resolve(self, name: str, tools: ToolNames | None = None) -> Tool:
+        """The tool called name if every allow-list admits it; ToolNotFound reads the same.
+
+        A str for tools is a TypeError: ``name in "delete_all_logs"`` would admit substrings.
+        """
+        if type(tools) is not frozenset and tools is not None:
+            _refuse_str(tools)
         allowed = (self.tools is None or name in self.tools) and (tools is None or name in tools)
         if allowed and name in self.registry:
             return self.registry.get(name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from stream_adapter import logs
@@ -34,7 +34,7 @@ from stream_adapter.errors import (
 )
 from stream_adapter.executor import Executor
 from stream_adapter.replies import Reply, error_reply_body, ok_reply
-from stream_adapter.tools import Tool
+from stream_adapter.tools import Tool, ToolNames
 
 __all__ = ["handle_envelope", "record_decision", "rerun_after", "resolve_outcome"]
 
@@ -43,7 +43,7 @@ async def handle_envelope(
     executor: Executor,
     payload: bytes | str | Mapping[str, Any],
     *,
-    tools: Collection[str] | None = None,
+    tools: ToolNames | None = None,
     message_id: str = "",
     source: str = "",
 ) -> Reply:
@@ -108,7 +108,7 @@ async def _park(executor: Executor, envelope: Envelope, tool: Tool) -> Reply:
     return await _answer(executor, record, tool=tool)
 
 
-async def _resume(executor: Executor, approval_id: str, tools: Collection[str] | None) -> Reply:
+async def _resume(executor: Executor, approval_id: str, tools: ToolNames | None) -> Reply:
     store = _store(executor, None)
     record = await store.get(approval_id)
     if record is None:
@@ -122,7 +122,7 @@ async def _answer(
     record: ApprovalRecord,
     *,
     tool: Tool | None,
-    tools: Collection[str] | None = None,
+    tools: ToolNames | None = None,
 ) -> Reply:
     """The reply for record's state; an approved record is claimed and run at most once, and
     a run that died is run again only for an idempotent tool."""

@@ -10,7 +10,7 @@ timeout, and is never cut once started (budget.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from stream_adapter import budget, logs
@@ -28,6 +28,7 @@ from stream_adapter.executor import Executor
 from stream_adapter.handler import handle_envelope
 from stream_adapter.replies import Reply
 from stream_adapter.runners import Runner, RunSync, default_runner
+from stream_adapter.tools import ToolNames, allow_list
 
 __all__ = ["Handler", "budget_s", "tool_handler"]
 
@@ -64,7 +65,7 @@ class _Batch:
 def tool_handler(
     executor: Executor,
     *,
-    tools: Collection[str] | None = None,
+    tools: ToolNames | None = None,
     timeout: float = 60.0,
     margin_s: float = 1.0,
     runner: Runner | None = None,
@@ -81,9 +82,11 @@ def tool_handler(
       raise. Without ``runner``, every handler shares the process's warm loop.
     """
 
+    allowed = allow_list(tools)  # a str is refused here, at construction
+
     async def run_one(message: Message, source: EventKind) -> Reply:
         return await handle_envelope(
-            executor, message.body, tools=tools, message_id=message.message_id, source=source
+            executor, message.body, tools=allowed, message_id=message.message_id, source=source
         )
 
     def handler(event: Any, context: Any = None) -> Any:

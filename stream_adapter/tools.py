@@ -10,7 +10,7 @@ from __future__ import annotations
 import dis
 import inspect
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar, overload
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from stream_adapter.errors import ToolNotFound, ToolUsageError
 
-__all__ = ["CallContext", "Tool", "ToolRegistry", "current_call"]
+__all__ = ["CallContext", "Tool", "ToolNames", "ToolRegistry", "allow_list", "current_call"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -140,6 +140,31 @@ def _describe(exc: Exception) -> str:
         for err in exc.errors(include_input=False, include_url=False, include_context=False)[:10]
     ]
     return "invalid arguments: " + "; ".join(parts)
+
+
+ToolNames = Set[str] | list[str] | tuple[str, ...]
+"""An allow-list (``tools=``): a set, list or tuple of tool names. A bare str is not one: it
+would be read as its characters (or substrings), so the type excludes it and it is refused."""
+
+
+def allow_list(tools: ToolNames | None) -> frozenset[str] | None:
+    """tools as a frozenset of names (None: no limit); TypeError for a str or a non-name."""
+    if tools is None:
+        return None
+    _refuse_str(tools)
+    names = frozenset(tools)
+    if any(type(name) is not str for name in names):
+        raise TypeError("tools= holds tool names (str) only")
+    return names
+
+
+def _refuse_str(tools: object) -> None:
+    """TypeError when tools is a bare str or bytes rather than a collection of names."""
+    if isinstance(tools, str | bytes | bytearray):
+        raise TypeError(
+            "tools= takes a collection of tool names, not one string: write "
+            f"tools={{{str(tools)[:64]!r}}} to allow that one tool"
+        )
 
 
 class ToolRegistry:

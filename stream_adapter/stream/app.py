@@ -8,7 +8,6 @@ offset, so a commit never passes an unfinished call (contract §8, §9).
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from functools import partial
 from typing import Any
 
@@ -34,6 +33,7 @@ from stream_adapter.stream.outputs import Outputs
 from stream_adapter.stream.topics import approval_requests_topic
 from stream_adapter.stream.tracing import build_tracing
 from stream_adapter.stream.web import MetricsServer
+from stream_adapter.tools import ToolNames, allow_list
 
 RAW: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
 PRODUCER_MAX_REQUEST_BYTES = 4 << 20
@@ -48,7 +48,7 @@ def build_app(
     settings: Settings,
     executor: Executor,
     *,
-    tools: Collection[str] | None = None,
+    tools: ToolNames | None = None,
     **faust_options: Any,
 ) -> App:
     """The app that serves executor's tools on the settings' topics."""
@@ -111,7 +111,7 @@ def build_app(
         value_type=bytes,
     )
     approvals_store = DurableTable(table, sender, app.transaction_guard)
-    allowed = frozenset(tools) if tools is not None else None
+    allowed = allow_list(tools)
     metrics = Metrics(
         [n for n in executor.registry.names() if allowed is None or n in allowed],
         approval_age_limit_s=settings.pending_approval_age_limit_s,

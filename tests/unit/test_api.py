@@ -10,6 +10,7 @@ import stream_adapter
 CORE_MODULES = [
     "approvals",
     "backend",
+    "budget",
     "envelope",
     "errors",
     "executor",
@@ -65,6 +66,13 @@ MODULE_LEVEL_ONLY = {
     "already_done_reply",
     "error_reply_body",
     "default_runner",
+    "allow_list",
+    "escape",
+    "text_value",
+    "Budget",
+    "check",
+    "reserve",
+    "time_budget",
 }
 CONTRACT_NAMES = {
     "MAX_ENVELOPE_BYTES",
