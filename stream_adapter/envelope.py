@@ -8,7 +8,13 @@ from typing import Any
 
 from stream_adapter._json import JSONError, check_value, loads
 from stream_adapter.errors import ToolUsageError
-from stream_adapter.ids import derive_call_id, derive_ids, derive_run_id, fresh_id
+from stream_adapter.ids import (
+    delivery_text,
+    derive_call_id,
+    derive_ids,
+    derive_run_id,
+    fresh_id,
+)
 
 __all__ = ["MAX_ENVELOPE_BYTES", "MAX_ID_CHARS", "Envelope", "parse_envelope"]
 
@@ -92,8 +98,12 @@ def parse_envelope(
 ) -> Envelope:
     """Validate payload; a call without ids gets them from (message_id, source), else fresh.
 
-    Raises ToolUsageError for anything that is not exactly one of the two shapes.
+    Raises ToolUsageError for anything that is not exactly one of the two shapes, and for a
+    message_id or source that is neither a str nor an int (an int counts as its digits).
     """
+    if type(message_id) is not str or type(source) is not str:
+        message_id = delivery_text(message_id, "message_id")
+        source = delivery_text(source, "source")
     obj = _decode(payload)
     keys = obj.keys()
     if keys == _RESUME_KEYS:

@@ -24,6 +24,7 @@ __all__ = [
     "is_fifo",
     "kafka_message_id",
     "kafka_messages",
+    "optional_id",
     "sqs_messages",
 ]
 
@@ -67,14 +68,36 @@ def event_kind(event: Any) -> EventKind:
 
 
 def _text(record: Mapping[str, Any], key: str, what: str) -> str:
+    """record[key] as a non-empty str (an int counts as its digits); ToolUsageError otherwise."""
     value = record.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
     if not isinstance(value, str) or not value:
         raise ToolUsageError(f"{what} without a {key}")
     return value
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """value when it is an object; an empty one for null or anything else a host may send."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def optional_id(value: Any) -> str:
+    """A delivery id a host may omit: its text (an int counts as its digits), or "" when it
+    is missing, null or of another type, so the call gets fresh ids rather than "None"."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return ""
+
+
 def sqs_messages(event: Mapping[str, Any]) -> list[Message]:
-    """The messages of an SQS batch in order; ToolUsageError when a record cannot be named."""
+    """The messages of an SQS batch in order; ToolUsageError when a record cannot be named.
+
+    Anything else odd in a record (a null or non-object ``attributes``, a missing or non-text
+    body) fails only that message, by its id, like any malformed envelope.
+    """
     records: Sequence[Any] = event["Records"]
     messages = []
     for record in records:
@@ -82,8 +105,9 @@ def sqs_messages(event: Mapping[str, Any]) -> list[Message]:
             raise ToolUsageError("SQS record is not an object")
         message_id = _text(record, "messageId", "SQS record")
         body = record.get("body")
-        group = record.get("attributes", {}).get("MessageGroupId", "")
-        messages.append(Message(message_id, body if isinstance(body, str) else "", str(group)))
+        group = _mapping(record.get("attributes")).get("MessageGroupId")
+        group = group if isinstance(group, str) else ""
+        messages.append(Message(message_id, body if isinstance(body, str) else "", group))
     return messages
 
 
@@ -121,7 +145,7 @@ def kafka_messages(event: Mapping[str, Any]) -> list[list[Message]]:
                 raise ToolUsageError("Kafka record is not an object")
             topic = _text(record, "topic", "Kafka record")
             partition, offset = record.get("partition"), record.get("offset")
-            if not isinstance(partition, int) or not isinstance(offset, int):
+            if type(partition) is not int or type(offset) is not int:
                 raise ToolUsageError("Kafka record without a partition and offset")
             message_id = kafka_message_id(topic, partition, offset)
             group.append((offset, Message(message_id, _kafka_value(record), str(name))))

@@ -6,8 +6,11 @@ import uuid
 from functools import lru_cache
 from hashlib import blake2b
 
+from stream_adapter.errors import ToolUsageError
+
 __all__ = [
     "approval_id_for",
+    "delivery_text",
     "derive_call_id",
     "derive_ids",
     "derive_run_id",
@@ -46,6 +49,17 @@ def _digest(*parts: str) -> str:
 def kafka_message_id(topic: str, partition: int, offset: int) -> str:
     """The delivery id of a Kafka record, ``topic:partition:offset``: stable across redeliveries."""
     return f"{topic}:{partition}:{offset}"
+
+
+def delivery_text(value: object, name: str) -> str:
+    """A delivery id or source as text: a str as it is, an int (a numeric message id, as some
+    Pub/Sub clients give) as its digits, so both forms name the same call; else ToolUsageError.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise ToolUsageError(f"{name} must be a str or an int, not {type(value).__name__}")
 
 
 def derive_ids(message_id: str, source: str) -> tuple[str, str]:

@@ -22,6 +22,7 @@ from stream_adapter.events import (
     event_kind,
     is_fifo,
     kafka_messages,
+    optional_id,
     sqs_messages,
 )
 from stream_adapter.executor import Executor
@@ -98,10 +99,9 @@ def tool_handler(
         if kind is EventKind.KAFKA:
             return _kafka(run, run_one, event, limit)
         if kind is EventKind.EVENTBRIDGE:
-            message = Message(str(event.get("id", "")), event["detail"])
+            message = Message(optional_id(event.get("id")), event["detail"])
         else:
-            message_id = getattr(context, "aws_request_id", "") or ""
-            message = Message(str(message_id), event)
+            message = Message(optional_id(getattr(context, "aws_request_id", None)), event)
         return _single(run, lambda: run_one(message, kind), message, kind, limit)
 
     return handler
