@@ -56,6 +56,7 @@ MODULE_LEVEL_ONLY = {
     "settled_reply",
     "denial",
     "approval_id_for",
+    "delivery_text",
     "derive_call_id",
     "derive_ids",
     "derive_run_id",
