@@ -42,14 +42,28 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Import a shared store on first use; a clear ImportError when its extra is missing."""
+    """Import a shared store on first use.
+
+    Without its extra, the name is a stand-in that raises a clear ImportError when used, so
+    ``from stream_adapter import *`` (which touches every name of ``__all__``) still works.
+    """
     extra = _LAZY.get(name)
     if extra is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
         module = importlib.import_module(f"{__name__}.{extra}")
     except ModuleNotFoundError as exc:
-        raise ImportError(
-            f"{name} needs the {extra!r} extra: pip install 'stream-adapter[{extra}]'"
-        ) from exc
+        stand_in = _needs_extra(name, extra, exc)
+        globals()[name] = stand_in  # one stand-in per name: `is` and isinstance stay sane
+        return stand_in
     return getattr(module, name)
+
+
+def _needs_extra(name: str, extra: str, cause: ModuleNotFoundError) -> type:
+    """A class named like the store whose construction raises the missing extra's ImportError."""
+    message = f"{name} needs the {extra!r} extra: pip install 'stream-adapter[{extra}]'"
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ImportError(message, name=cause.name) from cause
+
+    return type(name, (), {"__new__": refuse, "__doc__": message, "__module__": __name__})
