@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from stream_adapter._json import JSONError, check_value, loads
 from stream_adapter.errors import ToolUsageError
 from stream_adapter.ids import (
@@ -81,6 +83,7 @@ def _decode(payload: bytes | bytearray | memoryview | str | Mapping[str, Any]) -
         elif isinstance(payload, Mapping):
             obj = dict(payload)
             check_value(obj)
+            _check_encoded_size(obj)
         else:
             raise ToolUsageError("envelope must be JSON bytes, str or a mapping")
     except JSONError as exc:
@@ -88,6 +91,16 @@ def _decode(payload: bytes | bytearray | memoryview | str | Mapping[str, Any]) -
     if type(obj) is not dict:
         raise ToolUsageError("envelope must be a JSON object")
     return obj
+
+
+def _check_encoded_size(obj: dict[str, Any]) -> None:
+    """The cap holds for an already-decoded mapping too: it applies to the encoded size."""
+    try:
+        size = len(orjson.dumps(obj))
+    except orjson.JSONEncodeError:
+        raise JSONError("payload does not encode as JSON (not valid UTF-8)") from None
+    if size > MAX_ENVELOPE_BYTES:
+        raise JSONError(f"payload larger than {MAX_ENVELOPE_BYTES} bytes")
 
 
 def parse_envelope(

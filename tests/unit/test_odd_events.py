@@ -46,9 +46,7 @@ def failed(answer: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize("attributes", [None, "text", [], 7, {"MessageGroupId": None}])
 @pytest.mark.parametrize("fifo", [False, True])
-def test_odd_sqs_attributes_fail_nothing(
-    executor: Executor, attributes: Any, fifo: bool
-) -> None:
+def test_odd_sqs_attributes_fail_nothing(executor: Executor, attributes: Any, fifo: bool) -> None:
     event = sqs_event([OK, OK, OK], fifo=fifo)
     event["Records"][1]["attributes"] = attributes
     del event["Records"][2]["attributes"]
@@ -114,9 +112,7 @@ async def test_handle_envelope_takes_a_numeric_message_id(executor: Executor) ->
 
 @pytest.mark.parametrize("bad", [None, 1.5, True, b"4242", ["x"], object()])
 @pytest.mark.parametrize("which", ["message_id", "source"])
-async def test_other_id_types_are_refused_clearly(
-    executor: Executor, bad: Any, which: str
-) -> None:
+async def test_other_id_types_are_refused_clearly(executor: Executor, bad: Any, which: str) -> None:
     ids: dict[str, Any] = {"message_id": "m-1", "source": "s", which: bad}
     with pytest.raises(ToolUsageError, match=which):
         parse_envelope(OK, **ids)
