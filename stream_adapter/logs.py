@@ -51,6 +51,7 @@ SAFE_FIELDS = frozenset(
         "offset",
         "event",
         "retry_in_s",
+        "held_s",
     }
 )
 """Fields allowed at WARNING and above: names, ids, kinds and counters."""

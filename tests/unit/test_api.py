@@ -17,6 +17,7 @@ CORE_MODULES = [
     "handler",
     "ids",
     "logs",
+    "loopwatch",
     "replies",
     "runners",
     "stores",
@@ -74,6 +75,11 @@ MODULE_LEVEL_ONLY = {
     "check",
     "reserve",
     "time_budget",
+    "LAG_BUCKETS_S",
+    "NOT_A_TOOL",
+    "LoopWatch",
+    "executor_codes",
+    "tool_codes",
 }
 CONTRACT_NAMES = {
     "MAX_ENVELOPE_BYTES",
