@@ -103,7 +103,10 @@ class Settings(BaseSettings):
     web_port: int = Field(
         default=6066, ge=0, le=65535, description="Port of the worker's /metrics (0: off)."
     )
-    web_host: str = Field(default="0.0.0.0", description="Address the worker's /metrics binds.")
+    web_host: str = Field(
+        default="127.0.0.1",
+        description="Address the worker's /metrics binds (0.0.0.0: every interface).",
+    )
     otel_enabled: bool = Field(default=False, description="Export OpenTelemetry traces.")
     review_host: str = Field(default="127.0.0.1", description="Address the review service binds.")
     review_port: int = Field(

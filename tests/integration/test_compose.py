@@ -64,4 +64,4 @@ def test_prometheus_scrapes_the_workers_metrics_port() -> None:
     ]
     port = services["worker"]["environment"]["STREAM_ADAPTER_WEB_PORT"]
     assert f"worker:{port}" in targets
-    assert f"{port}:{port}" in services["worker"]["ports"]
+    assert f"127.0.0.1:{port}:{port}" in services["worker"]["ports"]
