@@ -20,9 +20,16 @@ fi
 "$SA" topics create || [ $? -eq 2 ]
 echo "worker: topology ${STREAM_ADAPTER_TOPOLOGY:-topologies.demo}; try:"
 echo "  $SA call echo '{\"x\": 1}'   (or produce an envelope to tool-calls)"
+mkdir -p .data
+# Decision keys, made once and kept in .data/decision-keys (mode 0600): the review service signs
+# with them and the worker refuses any decision that is not signed with them.
+if [ -z "${STREAM_ADAPTER_DECISION_KEYS:-}" ]; then
+  export STREAM_ADAPTER_DECISION_KEYS_FILE="${STREAM_ADAPTER_DECISION_KEYS_FILE:-$PWD/.data/decision-keys}"
+  "$VENV/bin/python" -c 'import sys; from stream_adapter.signing import ensure_keys_file; ensure_keys_file(sys.argv[1])' \
+    "$STREAM_ADAPTER_DECISION_KEYS_FILE"
+fi
 # The review service in the background (log: .data/review.log). The demo reviewer gets a fresh
 # token each run: tokens are kept only as hashes, so an old one cannot be shown again.
-mkdir -p .data
 TOKEN=$("$SA" reviewers add demo --replace --token-only)
 "$SA" review >.data/review.log 2>&1 &
 REVIEW_PID=$!

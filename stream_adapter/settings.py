@@ -78,8 +78,17 @@ class Settings(BaseSettings):
     )
     decision_keys: str = Field(
         default="",
+        repr=False,
         description="Secret. key_id:secret[,key_id:secret]: decisions must be signed with one "
         "(the last signs).",
+    )
+    decision_keys_file: Path | None = Field(
+        default=None,
+        description="A file holding the decision keys (read when DECISION_KEYS is empty).",
+    )
+    allow_unsigned_decisions: bool = Field(
+        default=False,
+        description="Accept decisions without a signature (development only; warned at start).",
     )
     retry_attempts: int = Field(
         default=3, ge=1, description="Attempts per call for retryable failures (1: no retry)."
@@ -117,6 +126,7 @@ class Settings(BaseSettings):
     )
     session_secret: str = Field(
         default="",
+        repr=False,
         description="Secret. Signs review sessions (empty: a random one per process).",
     )
     session_ttl_s: int = Field(
@@ -244,7 +254,7 @@ class Settings(BaseSettings):
         return {
             f"{ENV_PREFIX}{name.upper()}": str(value)
             for name, value in self.model_dump(mode="json").items()
-            if value is not None
+            if value is not None  # unset optional settings stay unset in the child
         } | {
             f"{ENV_PREFIX}{name.upper()}": value.get_secret_value()
             for name, value in self

@@ -26,6 +26,7 @@ from stream_adapter import kafka_clients
 from stream_adapter.broker.local import free_port
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
+from stream_adapter.signing import DecisionKeys, new_keys_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,6 +61,8 @@ def make_settings(bootstrap: str, tmp_path: Path, **changes: Any) -> Settings:
         "data_dir": str(tmp_path / "data"),
         "retry_backoff_s": 0.05,
         "web_port": free_port(),
+        # Workers refuse unsigned decisions: every test run signs with a key of its own.
+        "decision_keys": new_keys_spec("test"),
     }
     return Settings.for_app(unique("t"), **{**base, **changes})
 
@@ -279,11 +282,17 @@ class Client:
         *,
         reviewer: str = "ann",
         headers: Iterable[tuple[str, bytes]] | None = None,
+        signed: bool = True,
         **extra: Any,
     ) -> None:
+        """Produce a decision, signed with the settings' decision keys (as the review service
+        signs) unless signed is False or headers are given."""
         body = {"approval_id": approval_id, "approved": approved, "reviewer": reviewer, **extra}
+        value = orjson.dumps(body)
+        if headers is None and signed:
+            headers = DecisionKeys.from_settings(self.settings).sign(value).items()
         await self.send(
-            body, key=approval_id.encode(), topic=self.settings.decisions_topic, headers=headers
+            value, key=approval_id.encode(), topic=self.settings.decisions_topic, headers=headers
         )
 
     async def _poll(self) -> None:

@@ -12,6 +12,7 @@ from stream_adapter import kafka_clients
 from stream_adapter.broker.local import free_port
 from stream_adapter.errors import BrokerError
 from stream_adapter.settings import Settings
+from stream_adapter.signing import new_keys_spec
 from stream_adapter.stream.topics import create_topics, topic_specs
 
 # The broker refuses records above ~1 MiB by default, which would stop a 1 MiB + 1 envelope
@@ -34,6 +35,7 @@ def run_settings(bootstrap: str, workdir: Path, prefix: str, **changes: Any) -> 
         "data_dir": str(workdir / "data"),
         "web_port": free_port(),
         "log_level": "info",
+        "decision_keys": new_keys_spec("chaos"),  # workers refuse unsigned decisions
     }
     base.update(changes)
     return Settings.model_validate(base)

@@ -279,7 +279,7 @@ class ChaosRun:
         """Run the load and the faults; wait for the outcome; compute the figures."""
         deadline = self.started + self.options.max_seconds
         await create_run_topics(self.settings)
-        keys = DecisionKeys.parse(self.settings.decision_keys)
+        keys = DecisionKeys.from_settings(self.settings)
         producer = producer_for(self.settings)
         await producer.start()
         sender = CallSender(self.settings, producer)

@@ -20,7 +20,7 @@ from stream_adapter.approvals import ApprovalRecord, ApprovalState, Decision, Re
 from stream_adapter.errors import ApprovalConflict, ApprovalNotFound, BrokerError, ToolUsageError
 from stream_adapter.review.view import ApprovalsView
 from stream_adapter.settings import Settings
-from stream_adapter.signing import DecisionKeys
+from stream_adapter.signing import DecisionKeys, announce
 
 LANDED_TIMEOUT_S = 5.0
 
@@ -43,10 +43,11 @@ class DecisionWriter:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.keys = DecisionKeys.parse(settings.decision_keys)
+        self.keys = DecisionKeys.from_settings(settings)
         self._producer: AIOKafkaProducer | None = None
 
     async def start(self) -> None:
+        announce(self.keys)  # no keys: the workers would refuse every decision written here
         producer = kafka_clients.producer(
             self.settings,
             enable_idempotence=True,

@@ -15,7 +15,7 @@ from stream_adapter import kafka_clients
 from stream_adapter.executor import Executor
 from stream_adapter.retries import RetryPolicy
 from stream_adapter.settings import COMMIT_INTERVAL_S, Settings
-from stream_adapter.signing import DecisionKeys
+from stream_adapter.signing import DecisionKeys, announce
 from stream_adapter.stream.approvals import ApprovalFlow, ApprovalTable
 from stream_adapter.stream.calls import process_call
 from stream_adapter.stream.context import FlowContext
@@ -112,10 +112,9 @@ def build_app(
     )
     approvals_store = DurableTable(table, sender, app.transaction_guard)
     allowed = allow_list(tools)
-    metrics = Metrics(
-        [n for n in executor.registry.names() if allowed is None or n in allowed],
-        approval_age_limit_s=settings.pending_approval_age_limit_s,
-    )
+    keys = DecisionKeys.from_settings(settings)
+    served = [n for n in executor.registry.names() if allowed is None or n in allowed]
+    metrics = Metrics(served, approval_age_limit_s=settings.pending_approval_age_limit_s)
     outputs.metrics = metrics
     ctx = FlowContext(
         settings=settings,
@@ -123,7 +122,7 @@ def build_app(
         tools=allowed,
         outputs=outputs,
         policy=RetryPolicy(attempts=settings.retry_attempts, base_s=settings.retry_backoff_s),
-        keys=DecisionKeys.parse(settings.decision_keys),
+        keys=keys,
         metrics=metrics,
         tracing=build_tracing(settings.otel_enabled, settings.app_id),
         tool_slots=Slots(settings.max_in_flight),
@@ -141,6 +140,12 @@ def build_app(
     )
     server = MetricsServer(metrics, settings.web_host, settings.web_port, app.stuck_partitions)
     app.add_service(server.start, server.stop)
+    confirms = any(executor.registry.get(name).confirm for name in served)
+
+    async def announce_keys() -> None:
+        announce(keys, decides=confirms)
+
+    app.add_service(announce_keys, _nothing)
 
     # Jobs waiting for their replies' acks hold no tool slot, so many more may queue.
     max_queued = max(4096, 16 * settings.max_in_flight)
@@ -153,3 +158,7 @@ def build_app(
     ).subscribe(calls)
     JobRoute(app, flow.process, max_queued=max_queued).subscribe(approvals_channel)
     return app
+
+
+async def _nothing() -> None:
+    """A service hook with nothing to do."""

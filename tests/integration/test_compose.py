@@ -28,8 +28,12 @@ def test_adapter_services_wait_for_a_healthy_broker() -> None:
     services = _compose()["services"]
     assert "healthcheck" in services["kafka"]
     assert services["kafka"]["image"] == f"apache/kafka:{KAFKA_VERSION}"
-    adapters = [name for name, svc in services.items() if svc.get("build")]
-    assert {"topics", "worker"} <= set(adapters)
+    adapters = [
+        name
+        for name, svc in services.items()
+        if svc.get("build") and "STREAM_ADAPTER_BROKER" in (svc.get("environment") or {})
+    ]
+    assert {"topics", "worker", "review"} <= set(adapters)
     for name in adapters:
         depends = services[name]["depends_on"]
         assert depends["kafka"]["condition"] == "service_healthy", name
@@ -65,3 +69,18 @@ def test_prometheus_scrapes_the_workers_metrics_port() -> None:
     port = services["worker"]["environment"]["STREAM_ADAPTER_WEB_PORT"]
     assert f"worker:{port}" in targets
     assert f"127.0.0.1:{port}:{port}" in services["worker"]["ports"]
+
+
+def test_worker_and_review_share_generated_decision_keys() -> None:
+    """The one-shot `keys` service writes the key file both read; nobody allows unsigned."""
+    services = _compose()["services"]
+    keys = services["keys"]
+    assert "ensure_keys_file('/keys/decision-keys')" in " ".join(keys["command"])
+    volume = next(v.split(":")[0] for v in keys["volumes"] if v.endswith(":/keys"))
+    for name in ("worker", "review"):
+        service = services[name]
+        env = service["environment"]
+        assert env["STREAM_ADAPTER_DECISION_KEYS_FILE"] == "/keys/decision-keys", name
+        assert f"{volume}:/keys:ro" in service["volumes"], name
+        assert service["depends_on"]["keys"]["condition"] == "service_completed_successfully"
+        assert "STREAM_ADAPTER_ALLOW_UNSIGNED_DECISIONS" not in env, name

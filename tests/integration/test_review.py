@@ -102,7 +102,7 @@ async def test_unsigned_or_badly_signed_decisions_change_nothing_and_land_in_the
     api = Api(http, review.url, token)
     approval_id = await park_invoice(client, unique("run"))
 
-    await client.decide(approval_id, True, reviewer="mallory")  # unsigned
+    await client.decide(approval_id, True, reviewer="mallory", signed=False)
     body = orjson.dumps({"approval_id": approval_id, "approved": True, "reviewer": "mallory"})
     forged = [(KEY_ID_HEADER, b"k1"), (SIGNATURE_HEADER, b"0" * 64)]
     await client.send(
