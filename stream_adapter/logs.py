@@ -52,6 +52,7 @@ SAFE_FIELDS = frozenset(
         "event",
         "retry_in_s",
         "held_s",
+        "client",
     }
 )
 """Fields allowed at WARNING and above: names, ids, kinds and counters."""

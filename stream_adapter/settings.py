@@ -138,6 +138,20 @@ class Settings(BaseSettings):
         description="Seconds a call may wait for a reviewer before the approval-age alert "
         "fires (exported as stream_adapter_pending_approval_age_limit_seconds).",
     )
+    review_secure_cookies: bool = Field(
+        default=False,
+        description="Mark the review service's cookies Secure (set it when served over HTTPS).",
+    )
+    review_trust_forwarded: bool = Field(
+        default=False,
+        description="Take review clients' addresses from X-Forwarded-For (behind a proxy only).",
+    )
+    review_auth_failures: int = Field(
+        default=10, ge=1, description="Failed review tokens per address before it gets 429."
+    )
+    review_auth_window_s: float = Field(
+        default=60.0, gt=0, description="Seconds over which failed review tokens are counted."
+    )
     log_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
         default="info", description="Least severe log level written."
     )

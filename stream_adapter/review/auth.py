@@ -15,6 +15,8 @@ import os
 import re
 import secrets
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,13 +145,8 @@ class ReviewersFile:
         return True
 
     def _write(self, reviewers: list[Reviewer]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         body = json.dumps({"version": 1, "reviewers": [r.to_json() for r in reviewers]}, indent=2)
-        tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(body + "\n")
-        os.replace(tmp, self.path)
+        _write_private(self.path, body)
         self._stamp = None
 
     def verify(self, token: str) -> Reviewer:
@@ -182,12 +179,123 @@ class Session:
     expires: int
 
 
-class Sessions:
-    """Signs and checks session cookies and CSRF tokens with one secret."""
+class TooManyFailures(AdapterError):
+    """Too many failed credentials from one client address: wait, then try again."""
 
-    def __init__(self, secret: bytes, ttl_s: int) -> None:
+    title = "Too many failed sign-ins"
+    status = 429
+
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__("too many failed sign-ins from this address; try again later")
+        self.retry_after_s = retry_after_s
+
+
+class FailureLimiter:
+    """Failed credentials per client address in a sliding window of window_s seconds.
+
+    Past `limit` failures an address is refused (429) until its oldest failure leaves the
+    window: each guess costs an scrypt, so unlimited guessing would also exhaust the CPU.
+    """
+
+    def __init__(
+        self, limit: int = 10, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if limit < 1 or window_s <= 0:
+            raise ValueError("limit must be at least 1 and window_s positive")
+        self.limit = limit
+        self.window_s = window_s
+        self._clock = clock
+        self._failures: dict[str, deque[float]] = {}
+
+    def _recent(self, client: str, now: float) -> deque[float]:
+        times = self._failures.get(client)
+        if times is None:
+            return deque()
+        while times and times[0] <= now - self.window_s:
+            times.popleft()
+        if not times:
+            del self._failures[client]
+        return times
+
+    def check(self, client: str) -> None:
+        """TooManyFailures when client has used up its failures for now."""
+        now = self._clock()
+        times = self._recent(client, now)
+        if len(times) >= self.limit:
+            raise TooManyFailures(max(1.0, times[0] + self.window_s - now))
+
+    def failed(self, client: str) -> bool:
+        """Count a failure; True when it is the one that reaches the limit."""
+        now = self._clock()
+        if len(self._failures) > _MAX_TRACKED:
+            for other in list(self._failures):
+                self._recent(other, now)  # forget addresses whose failures have all expired
+        times = self._failures.setdefault(client, self._recent(client, now))
+        times.append(now)
+        return len(times) == self.limit
+
+
+_MAX_TRACKED = 10_000
+
+
+class RevokedSessions:
+    """Ids of sessions ended by logout, kept until they would have expired anyway.
+
+    With a path, the list is a file (JSON, mode 0600) re-read when it changes, so a logout holds
+    across restarts and for every instance sharing the file and the session secret.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self._stamp: tuple[int, int] | None = None
+        self._revoked: dict[str, int] = {}
+
+    def _load(self) -> dict[str, int]:
+        if self.path is None:
+            return self._revoked
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            self._stamp, self._revoked = None, {}
+            return self._revoked
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if stamp != self._stamp:
+            data = json.loads(self.path.read_text() or "{}")
+            self._revoked = {str(k): int(v) for k, v in data.get("revoked", {}).items()}
+            self._stamp = stamp
+        return self._revoked
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self._load()
+
+    def add(self, session: Session, now: float | None = None) -> None:
+        """Revoke session; expired entries are dropped as the list is written."""
+        moment = int(now if now is not None else time.time())
+        revoked = {k: v for k, v in self._load().items() if v >= moment}
+        revoked[session.sid] = session.expires
+        self._revoked = revoked
+        if self.path is not None:
+            _write_private(self.path, json.dumps({"version": 1, "revoked": revoked}))
+            self._stamp = None
+
+
+def _write_private(path: Path, body: str) -> None:
+    """Write body to path atomically, readable by its owner only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(body + "\n")
+    os.replace(tmp, path)
+
+
+class Sessions:
+    """Signs and checks session cookies and CSRF tokens with one secret; logout revokes."""
+
+    def __init__(self, secret: bytes, ttl_s: int, revoked: RevokedSessions | None = None) -> None:
         self.secret = secret
         self.ttl_s = ttl_s
+        self.revoked = revoked if revoked is not None else RevokedSessions()
 
     def _mac(self, purpose: str, data: str) -> str:
         return hmac.new(self.secret, f"{purpose}:{data}".encode(), hashlib.sha256).hexdigest()
@@ -215,7 +323,13 @@ class Sessions:
             raise Unauthenticated("invalid session") from None
         if session.expires < (now if now is not None else time.time()):
             raise Unauthenticated("session expired")
+        if session.sid in self.revoked:
+            raise Unauthenticated("session ended")
         return session
+
+    def revoke(self, session: Session) -> None:
+        """End session now (logout): its cookie is refused from here on, wherever it is kept."""
+        self.revoked.add(session)
 
     def csrf_token(self, session: Session) -> str:
         """The CSRF token of a session's forms."""

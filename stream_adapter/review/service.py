@@ -6,16 +6,53 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable
+from pathlib import Path
 
 from aiohttp import web
 
 from stream_adapter import logs
-from stream_adapter.review.auth import ReviewersFile, Sessions, session_secret
-from stream_adapter.review.catalog import load_catalog
+from stream_adapter.review.auth import (
+    FailureLimiter,
+    ReviewersFile,
+    RevokedSessions,
+    Sessions,
+    session_secret,
+)
+from stream_adapter.review.catalog import Catalog, load_catalog
 from stream_adapter.review.decide import Decider, DecisionWriter
 from stream_adapter.review.view import ApprovalsView
 from stream_adapter.review.web import ReviewService, build_app
 from stream_adapter.settings import Settings
+
+
+def revoked_sessions_file(settings: Settings) -> Path:
+    """Where logouts are kept: beside the reviewers file (private, like it)."""
+    path = settings.reviewers_file
+    return path.with_name(f".{path.name}.revoked-sessions")
+
+
+def review_service(
+    settings: Settings,
+    view: ApprovalsView,
+    decider: Decider,
+    reviewers: ReviewersFile,
+    catalog: Catalog | None = None,
+) -> ReviewService:
+    """The routes' service as the settings configure it (cookies, sessions, sign-in limits)."""
+    return ReviewService(
+        view=view,
+        decider=decider,
+        reviewers=reviewers,
+        catalog=catalog if catalog is not None else Catalog({}),
+        sessions=Sessions(
+            session_secret(settings.session_secret),
+            settings.session_ttl_s,
+            RevokedSessions(revoked_sessions_file(settings)),
+        ),
+        secure_cookies=settings.review_secure_cookies,
+        limiter=FailureLimiter(settings.review_auth_failures, settings.review_auth_window_s),
+        trust_forwarded=settings.review_trust_forwarded,
+    )
 
 
 async def serve(settings: Settings, on_ready: Callable[[str], None] | None = None) -> None:
@@ -31,13 +68,7 @@ async def serve(settings: Settings, on_ready: Callable[[str], None] | None = Non
     try:
         await view.wait_caught_up()
         await writer.start()
-        service = ReviewService(
-            view=view,
-            decider=Decider(view, writer),
-            reviewers=reviewers,
-            sessions=Sessions(session_secret(settings.session_secret), settings.session_ttl_s),
-            catalog=catalog,
-        )
+        service = review_service(settings, view, Decider(view, writer), reviewers, catalog)
         runner = web.AppRunner(build_app(service), shutdown_timeout=2.0, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, settings.review_host, settings.review_port)

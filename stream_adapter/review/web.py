@@ -1,8 +1,10 @@
 """The review service's routes: the page (session cookie + CSRF) and the JSON API (bearer tokens).
 
-Every route is authenticated. A request without a valid credential gets 401: API routes a problem
-object with `WWW-Authenticate: Bearer`, page routes the login form (so `/login` itself answers 401
-until a token is given). The reviewer's name always comes from the credential.
+Every route but `/healthz` (for load balancers; it says only "ok") is authenticated. A request
+without a valid credential gets 401: API routes a problem object with `WWW-Authenticate: Bearer`,
+page routes the login form (so `/login` itself answers 401 until a token is given). The
+reviewer's name always comes from the credential. Failed tokens (bearer or form) are logged with
+the client's address, never the token, and an address with too many of them gets 429 for a while.
 """
 
 from __future__ import annotations
@@ -30,10 +32,13 @@ from stream_adapter.errors import (
 )
 from stream_adapter.review import pages
 from stream_adapter.review.auth import (
+    FailureLimiter,
     Forbidden,
+    Reviewer,
     ReviewersFile,
     Session,
     Sessions,
+    TooManyFailures,
     Unauthenticated,
 )
 from stream_adapter.review.catalog import Catalog
@@ -42,7 +47,7 @@ from stream_adapter.review.listing import page_of
 from stream_adapter.review.view import ApprovalsView, record_json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-AuthKind = Literal["api", "page", "login"]
+AuthKind = Literal["api", "page", "login", "public"]
 
 SESSION_COOKIE = "sa_session"
 LOGIN_COOKIE = "sa_login"
@@ -64,6 +69,9 @@ class ReviewService:
     sessions: Sessions
     secure_cookies: bool = False
     catalog: Catalog = field(default_factory=lambda: Catalog({}))
+    limiter: FailureLimiter = field(default_factory=FailureLimiter)
+    trust_forwarded: bool = False
+    """Take the client's address from X-Forwarded-For (set by a proxy in front), not the peer."""
 
 
 SERVICE = web.AppKey("service", ReviewService)
@@ -147,15 +155,45 @@ def _login_response(request: web.Request, *, error: str | None = None) -> web.Re
     return response
 
 
+def client_address(request: web.Request) -> str:
+    """The client's address: the peer, or the address the trusted proxy in front appended."""
+    if _service(request).trust_forwarded:
+        forwarded = request.headers.get("X-Forwarded-For", "")
+        last = forwarded.rsplit(",", 1)[-1].strip()
+        if last:
+            return last[:64]
+    return request.remote or "unknown"
+
+
+async def _verify(request: web.Request, token: str, event: str) -> Reviewer:
+    """The reviewer a token belongs to; a failure is counted and logged with the client's
+    address (never the token). TooManyFailures when the address has failed too often."""
+    service = _service(request)
+    client = client_address(request)
+    service.limiter.check(client)
+    try:
+        reviewer = await asyncio.to_thread(service.reviewers.verify, token)
+    except Unauthenticated:
+        limited = service.limiter.failed(client)
+        logs.event(logs.WARNING, "review: token refused", event=event, client=client)
+        if limited:
+            logs.event(
+                logs.WARNING,
+                "review: too many failed tokens; address refused for a while",
+                event="auth_rate_limited",
+                client=client,
+            )
+        raise
+    return reviewer
+
+
 async def _bearer(request: web.Request) -> str:
     """The reviewer named by the Authorization header's bearer token."""
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthenticated("a bearer token is required")
-    reviewers = _service(request).reviewers
-    reviewer = await asyncio.to_thread(reviewers.verify, token.strip())
-    return reviewer.name
+    return (await _verify(request, token.strip(), "bearer_failed")).name
 
 
 def _session(request: web.Request) -> Session:
@@ -200,6 +238,8 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     """Require the credential the route's kind asks for; unknown paths need one too."""
     route_handler = request.match_info.route.handler
     kind: AuthKind | None = getattr(route_handler, "auth_kind", None)
+    if kind == "public":
+        return await handler(request)
     api = request.path.startswith("/api/")
     try:
         if kind == "api" or (kind is None and api):
@@ -208,6 +248,10 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
             session = _session(request)
             request[SESSION] = session
             request[REVIEWER] = session.name
+    except TooManyFailures as exc:
+        response = _problem_response(exc)
+        response.headers["Retry-After"] = str(int(exc.retry_after_s + 0.999))
+        return response
     except Unauthenticated as exc:
         logs.event(logs.INFO, "review: unauthenticated request", path=request.path)
         if kind == "api" or (kind is None and api):
@@ -444,11 +488,15 @@ async def login(request: web.Request) -> web.StreamResponse:
         service.sessions.check_login_csrf(
             request.cookies.get(LOGIN_COOKIE, ""), str(form.get("csrf", ""))
         )
-        reviewer = await asyncio.to_thread(service.reviewers.verify, token)
+        reviewer = await _verify(request, token, "login_failed")
     except Forbidden:
         return _login_response(request, error="The form expired; sign in again.")
+    except TooManyFailures as exc:
+        response = _login_response(request, error="Too many failed sign-ins; wait a minute.")
+        response.set_status(429)
+        response.headers["Retry-After"] = str(int(exc.retry_after_s + 0.999))
+        return response
     except Unauthenticated:
-        logs.event(logs.WARNING, "review: login failed", event="login_failed")
         return _login_response(request, error="That token is not valid.")
     _, cookie = service.sessions.issue(reviewer)
     response = _redirect("/")
@@ -475,9 +523,17 @@ async def logout(request: web.Request) -> web.StreamResponse:
         service.sessions.check_csrf(request[SESSION], str(form.get("csrf", "")))
     except Forbidden as exc:
         return _page(request, alert=exc.detail, status=403)
+    service.sessions.revoke(request[SESSION])  # a copy of the old cookie no longer works
     response = _redirect("/login")
-    response.del_cookie(SESSION_COOKIE, path="/")
+    response.del_cookie(SESSION_COOKIE, path="/", secure=service.secure_cookies)
+    logs.event(logs.INFO, "review: signed out", reviewer=request[REVIEWER])
     return response
+
+
+@auth("public")
+async def healthz(request: web.Request) -> web.StreamResponse:
+    """For load balancers: answers without a credential, and says nothing but that it serves."""
+    return web.Response(text="ok\n", content_type="text/plain")
 
 
 # -- API routes -------------------------------------------------------------------------------
@@ -564,6 +620,7 @@ def build_app(service: ReviewService) -> web.Application:
     app.router.add_get("/login", login_form)
     app.router.add_post("/login", login)
     app.router.add_post("/logout", logout)
+    app.router.add_get("/healthz", healthz)
     app.router.add_get("/api/approvals", api_list)
     app.router.add_get("/api/approvals/{approval_id}", api_get)
     app.router.add_post("/api/approvals/{approval_id}/decision", api_decide)
