@@ -204,7 +204,7 @@ def rerun_after(tool: Tool | None) -> float:
     return tool.timeout_s + RERUN_GRACE_S
 
 
-def _tool_or_none(executor: Executor, name: str, tools: Collection[str] | None) -> Tool | None:
+def _tool_or_none(executor: Executor, name: str, tools: ToolNames | None) -> Tool | None:
     try:
         return executor.resolve(name, tools)
     except ToolNotFound:

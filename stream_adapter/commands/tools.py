@@ -15,7 +15,7 @@ from typing import Any
 from stream_adapter.commands.exits import ConfigError
 from stream_adapter.executor import Executor
 from stream_adapter.settings import Settings
-from stream_adapter.tools import Tool, ToolRegistry
+from stream_adapter.tools import Tool, ToolRegistry, allow_list
 
 
 def topology_tools(module: ModuleType) -> list[Tool]:
@@ -27,7 +27,11 @@ def topology_tools(module: ModuleType) -> list[Tool]:
     if isinstance(executor, Executor):
         registry, allowed = executor.registry, executor.tools
     elif isinstance(getattr(module, "registry", None), ToolRegistry):
-        registry, allowed = module.registry, getattr(module, "TOOLS", None)
+        registry = module.registry
+        try:
+            allowed = allow_list(getattr(module, "TOOLS", None))
+        except TypeError as exc:  # a bare str would be read as its substrings
+            raise ConfigError(f"topology {module.__name__!r}: TOOLS: {exc}") from None
     if registry is None:
         raise ConfigError(
             f"topology {module.__name__!r} names no tools: give it build_executor(), "

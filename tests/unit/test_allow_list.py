@@ -127,3 +127,19 @@ def test_mypy_catches_a_bare_string(tmp_path: Path) -> None:
     assert status == 1, out
     lines = sorted({int(line.split(":")[1]) for line in errors})
     assert lines == [7, 9, 10, 13], out
+
+
+def test_a_topologys_tools_list_refuses_a_bare_string() -> None:
+    """`stream-adapter tools` reads a topology's TOOLS: a str is a configuration error."""
+    from types import ModuleType
+
+    from stream_adapter.commands.exits import ConfigError
+    from stream_adapter.commands.tools import topology_tools
+
+    module = ModuleType("bare_topology")
+    module.registry = Deletes().registry  # type: ignore[attr-defined]
+    module.TOOLS = "delete_all_logs"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="TOOLS"):
+        topology_tools(module)
+    module.TOOLS = ["delete_all_logs"]  # type: ignore[attr-defined]
+    assert [tool.name for tool in topology_tools(module)] == ["delete_all_logs"]
