@@ -109,6 +109,11 @@ class Settings(BaseSettings):
         description="Seconds an approved call's unknown outcome may wait for a person before "
         "the alert rule fires (exported as a metric).",
     )
+    loop_stall_s: float = Field(
+        default=0.5,
+        gt=0,
+        description="Seconds the event loop may be held before the tool holding it is logged.",
+    )
     web_port: int = Field(
         default=6066, ge=0, le=65535, description="Port of the worker's /metrics (0: off)."
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from stream_adapter import kafka_clients
 from stream_adapter.executor import Executor
+from stream_adapter.loopwatch import LoopWatch, executor_codes
 from stream_adapter.retries import RetryPolicy
 from stream_adapter.settings import COMMIT_INTERVAL_S, Settings
 from stream_adapter.signing import DecisionKeys, announce
@@ -140,6 +141,13 @@ def build_app(
     )
     server = MetricsServer(metrics, settings.web_host, settings.web_port, app.stuck_partitions)
     app.add_service(server.start, server.stop)
+    loop_watch = LoopWatch(executor_codes(executor), stall_s=settings.loop_stall_s)
+
+    async def watch_loop() -> None:
+        loop_watch.start()
+
+    app.add_service(watch_loop, loop_watch.stop)
+    metrics.watch_loop(loop_watch)
     confirms = any(executor.registry.get(name).confirm for name in served)
 
     async def announce_keys() -> None:

@@ -34,9 +34,15 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from stream_adapter.loopwatch import LAG_BUCKETS_S, NOT_A_TOOL, LoopWatch
 from stream_adapter.stream.engine import StuckPartition
 
 UNKNOWN_TOOL = "<unknown>"
@@ -210,6 +216,10 @@ class Metrics:
         self.registry.register(
             _ScrapeCollector(lags, approvals, stuck, pending_every_s, unknown_age_limit_s)
         )
+
+    def watch_loop(self, loop: LoopWatch) -> None:
+        """At scrape time, read the event loop's lag and stalls from loop (loopwatch.py)."""
+        self.registry.register(_LoopCollector(loop, self.label))
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,3 +422,40 @@ class _ScrapeCollector(Collector):
         tally = unknown_outcomes(self._approvals())
         self._unknown = (now, tally)
         return tally
+
+
+class _LoopCollector(Collector):
+    """Event-loop lag and stalls (loopwatch.py)."""
+
+    def __init__(self, loop: LoopWatch, label: Callable[[str | None], str]) -> None:
+        self._loop = loop
+        self._label = label
+
+    def describe(self) -> list[Metric]:
+        return []  # collected live
+
+    def collect(self) -> Iterator[Metric]:
+        loop = self._loop
+        lag = HistogramMetricFamily(
+            "stream_adapter_event_loop_lag_seconds",
+            "How late the event loop ran a wake-up due every tenth of a second.",
+        )
+        bounds = [*(str(float(b)) for b in LAG_BUCKETS_S), "+Inf"]
+        cumulative, running = [], 0.0
+        for bound, count in zip(bounds, list(loop.lag_counts), strict=True):
+            running += count
+            cumulative.append((bound, running))
+        lag.add_metric([], cumulative, sum_value=loop.lag_sum_s)
+        yield lag
+        held = CounterMetricFamily(
+            "stream_adapter_event_loop_stalls",
+            "Times the event loop was held past LOOP_STALL_S, by the tool found holding it.",
+            labels=["tool"],
+        )
+        by_label: dict[str, int] = {}
+        for tool, count in dict(loop.stalls).items():
+            label = tool if tool == NOT_A_TOOL else self._label(tool)
+            by_label[label] = by_label.get(label, 0) + count
+        for label, count in sorted(by_label.items()):
+            held.add_metric([label], count)
+        yield held
