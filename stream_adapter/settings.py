@@ -114,6 +114,12 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds the event loop may be held before the tool holding it is logged.",
     )
+    partition_stall_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds an input partition may have work and no commit progress before "
+        "it is reported stalled.",
+    )
     web_port: int = Field(
         default=6066, ge=0, le=65535, description="Port of the worker's /metrics (0: off)."
     )

@@ -148,6 +148,8 @@ def build_app(
 
     app.add_service(watch_loop, loop_watch.stop)
     metrics.watch_loop(loop_watch)
+    stall_watch = app.watch_stalls(settings.partition_stall_s)
+    metrics.watch_stalls(stall_watch.stalled, lambda: stall_watch.stalls_total, sorted(inputs))
     confirms = any(executor.registry.get(name).confirm for name in served)
 
     async def announce_keys() -> None:

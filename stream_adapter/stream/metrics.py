@@ -17,7 +17,7 @@ from __future__ import annotations
 import platform
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -43,7 +43,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from stream_adapter.loopwatch import LAG_BUCKETS_S, NOT_A_TOOL, LoopWatch
-from stream_adapter.stream.engine import StuckPartition
+from stream_adapter.stream.engine import Stall, StuckPartition
 
 UNKNOWN_TOOL = "<unknown>"
 """The tool label of replies for envelopes without a known tool (bounded cardinality)."""
@@ -220,6 +220,16 @@ class Metrics:
     def watch_loop(self, loop: LoopWatch) -> None:
         """At scrape time, read the event loop's lag and stalls from loop (loopwatch.py)."""
         self.registry.register(_LoopCollector(loop, self.label))
+
+    def watch_stalls(
+        self,
+        stalled: Callable[[], Iterable[Stall]],
+        stalls_total: Callable[[], Mapping[str, int]],
+        topics: Iterable[str],
+    ) -> None:
+        """At scrape time, read the stalled input partitions (of topics) from stalled(), and
+        how many were reported per topic from stalls_total()."""
+        self.registry.register(_StallCollector(stalled, stalls_total, tuple(topics)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,3 +469,42 @@ class _LoopCollector(Collector):
         for label, count in sorted(by_label.items()):
             held.add_metric([label], count)
         yield held
+
+
+class _StallCollector(Collector):
+    """Stalled input partitions (engine/stalls.py), per input topic."""
+
+    def __init__(
+        self,
+        stalled: Callable[[], Iterable[Stall]],
+        stalls_total: Callable[[], Mapping[str, int]],
+        topics: tuple[str, ...],
+    ) -> None:
+        self._stalled = stalled
+        self._stalls_total = stalls_total
+        self._topics = topics
+
+    def describe(self) -> list[Metric]:
+        return []  # collected live
+
+    def collect(self) -> Iterator[Metric]:
+        stalled = GaugeMetricFamily(
+            "stream_adapter_stalled_partitions",
+            "Input partitions with work waiting and no commit progress for PARTITION_STALL_S.",
+            labels=["topic"],
+        )
+        counts = dict.fromkeys(self._topics, 0)
+        for stall in _ScrapeCollector._safe(lambda: list(self._stalled())) or ():
+            counts[stall.topic] = counts.get(stall.topic, 0) + 1
+        for topic, count in sorted(counts.items()):
+            stalled.add_metric([topic], count)
+        yield stalled
+        stalls = CounterMetricFamily(
+            "stream_adapter_partition_stalls",
+            "Input partitions reported stalled, by topic.",
+            labels=["topic"],
+        )
+        totals = dict.fromkeys(self._topics, 0) | dict(self._stalls_total())
+        for topic, count in sorted(totals.items()):
+            stalls.add_metric([topic], count)
+        yield stalls

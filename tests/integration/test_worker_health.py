@@ -1,9 +1,20 @@
-"""A worker's health signals: the tool that holds the event loop named once, with the loop's
-lag as a metric."""
+"""A worker's health signals: quiet while idle (Faust's own stall detector, which reported
+healthy idle partitions every 1.25 s, is off), one line and a metric for a partition with work
+and no progress, and the tool that holds the event loop named once, with the loop's lag."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.harness import Client, WorkerProcess, wait_for
+
+FAUST_DETECTOR = (
+    "Stream has not started processing",
+    "Stream stopped processing",
+    "Has not committed",
+    "There are multiple possible explanations",
+)
+STALLED = "partition stalled"
 
 
 def sample(worker: WorkerProcess, name: str, **labels: str) -> float:
@@ -19,6 +30,46 @@ async def loop_wake_ups(worker: WorkerProcess, more: int) -> None:
         timeout_s=120,
         what=f"{more} loop wake-ups",
     )
+
+
+async def test_idle_is_quiet_and_a_real_stall_is_one_line_and_a_metric(
+    worker_factory: type[WorkerProcess], client: Client, tmp_path: Path
+) -> None:
+    worker = worker_factory(  # type: ignore[call-arg]
+        STREAM_ADAPTER_TOPOLOGY="tests.topologies.health",
+        STREAM_ADAPTER_PARTITION_STALL_S="3",
+    )
+    await worker.ready()
+    calls = client.settings.calls_topic
+    parked = await client.call("park", {"n": 1}, key=b"p")  # a table write: the changelog moves
+    await client.reply_for(status="pending_approval", call_id=parked.call_id)
+    added = await client.call("add", {"a": 1, "b": 2}, key=b"a")
+    await client.reply_for(status="ok", call_id=added.call_id)
+
+    release = tmp_path / "release"
+    stuck = await client.call("wait_for_file", {"path": str(release)}, key=b"s")
+    await wait_for(lambda: STALLED in worker.log_text(), timeout_s=90, what="the stall line")
+    await wait_for(
+        lambda: sample(worker, "stream_adapter_stalled_partitions", topic=calls) == 1,
+        timeout_s=30,
+        what="the stalled-partitions gauge",
+    )
+    await loop_wake_ups(worker, 80)  # 8 s more: Faust's detector would have spoken often
+    lines = [line for line in worker.log_text().splitlines() if STALLED in line]
+    assert len(lines) == 1, lines
+    assert f"topic={calls}" in lines[0] and f"partition={stuck.partition}" in lines[0]
+    assert sample(worker, "stream_adapter_partition_stalls_total", topic=calls) == 1
+
+    release.touch()
+    await client.reply_for(status="ok", call_id=stuck.call_id, timeout_s=60)
+    await wait_for(
+        lambda: "partition progressing again" in worker.log_text(),
+        timeout_s=60,
+        what="the partition to progress again",
+    )
+    assert sample(worker, "stream_adapter_stalled_partitions", topic=calls) == 0
+    log = worker.log_text()
+    assert not [phrase for phrase in FAUST_DETECTOR if phrase in log], log[-4000:]
 
 
 async def test_the_tool_holding_the_loop_is_named_once_with_the_lag(

@@ -14,6 +14,7 @@ from stream_adapter.stream.engine.patches import UnsupportedVersion
 from stream_adapter.stream.engine.producer import BatchSender, RecordBatch, Sender
 from stream_adapter.stream.engine.records import Delivery, Headers, Record, message_id_of
 from stream_adapter.stream.engine.routes import JobRoute, Lane, LaneLinks, Process
+from stream_adapter.stream.engine.stalls import Stall, StallWatch
 from stream_adapter.stream.engine.stuck import StuckPartition
 from stream_adapter.stream.engine.table import DurableTable
 
@@ -31,6 +32,8 @@ __all__ = [
     "RecordBatch",
     "Sender",
     "Slots",
+    "Stall",
+    "StallWatch",
     "StuckPartition",
     "UnsupportedVersion",
     "faust_connection",

@@ -25,6 +25,7 @@ from stream_adapter.stream.engine.consumer import (
     Pause,
 )
 from stream_adapter.stream.engine.services import Hook, HookService
+from stream_adapter.stream.engine.stalls import StallWatch
 from stream_adapter.stream.engine.stuck import StuckPartition
 
 
@@ -98,6 +99,17 @@ class App(faust.App):
         """Partitions set aside because their next batch cannot be fetched or decoded."""
         consumer = getattr(self, "_consumer", None)  # none before the worker starts
         return list(consumer.stuck) if isinstance(consumer, FastConsumer) else []
+
+    def watch_stalls(self, stall_s: float) -> StallWatch:
+        """Report routed partitions with work and no commit progress for stall_s seconds
+        (engine/stalls.py), from when the app starts until it stops."""
+        watch = StallWatch(
+            lambda: self.fast_consumer,
+            lambda: frozenset(self.__dict__.get("_fast_routes", {})),
+            stall_s,
+        )
+        self.add_service(watch.start, watch.stop)
+        return watch
 
     def lags(self, topics: frozenset[str]) -> list[tuple[str, int, int]]:
         """Per assigned partition of topics: (topic, partition, messages after the commit)."""

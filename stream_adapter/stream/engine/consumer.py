@@ -17,6 +17,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, ClassVar
 
 from aiokafka.errors import IllegalStateError
+from aiokafka.structs import TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from faust.types.tuples import ack_lock
@@ -301,6 +302,36 @@ class FastConsumer(faust_aiokafka.Consumer):
                 continue
             committed = self._committed_offset.get(tp)
             out.append((tp.topic, tp.partition, max(0, end - (committed or 0))))
+        return out
+
+    async def verify_all_partitions_active(self) -> None:
+        """Faust's stall detector, off: it judges partitions by its streams' progress, which
+        routed topics and recovered changelogs never show, so it reported a healthy idle
+        worker every 1.25 s. engine/stalls.py checks the routed partitions instead."""
+
+    def partition_work(self, topics: frozenset[str]) -> list[tuple[Any, int | None, bool]]:
+        """(tp, committed offset, has work) of each assigned partition of topics.
+
+        Work: records fetched and not yet handed on (position below the highwater), or
+        handed on and not yet committed (the last one read at or past the committed offset).
+        """
+        consumer = getattr(self._thread, "_consumer", None)
+        assignment = getattr(getattr(consumer, "_subscription", None), "subscription", None)
+        states = getattr(assignment, "assignment", None)
+        out: list[tuple[Any, int | None, bool]] = []
+        for tp in sorted(self.assignment()):
+            if tp.topic not in topics:
+                continue
+            committed = self._committed_offset.get(tp)
+            read = self._read_offset.get(tp)
+            handed_on = read is not None and (committed is None or read >= committed)
+            fetched = False
+            if states is not None:
+                state = states.state_value(TopicPartition(tp.topic, tp.partition))
+                high = self.highwater(tp)
+                if state is not None and state.has_valid_position and high is not None:
+                    fetched = state.position < high
+            out.append((tp, committed, handed_on or fetched))
         return out
 
     def request_rejoin(self) -> None:
