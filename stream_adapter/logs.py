@@ -53,6 +53,7 @@ SAFE_FIELDS = frozenset(
         "retry_in_s",
         "held_s",
         "client",
+        "path",
     }
 )
 """Fields allowed at WARNING and above: names, ids, kinds and counters."""

@@ -260,6 +260,12 @@ class Settings(BaseSettings):
         return self.security_protocol in _TLS_PROTOCOLS
 
     @property
+    def tables_dir(self) -> Path:
+        """Where a worker keeps its tables: DATA_DIR/<app id>/<approvals topic>, so apps (or
+        one app pointed at another approvals topic) sharing DATA_DIR never share a store."""
+        return self.data_dir / _path_part(self.app_id) / _path_part(self.approvals_topic)
+
+    @property
     def bootstrap_servers(self) -> str:
         """The broker list as aiokafka wants it: `host:port,host:port`."""
         return ",".join(url.split("://", 1)[-1] for url in self.broker.split(";"))
@@ -289,3 +295,11 @@ class Settings(BaseSettings):
     def with_changes(self, **changes: Any) -> Settings:
         """A copy with some fields replaced (CLI options over the environment), validated again."""
         return type(self).model_validate({**self.model_dump(), **changes})
+
+
+def _path_part(name: str) -> str:
+    """name as one folder name: other characters than letters, digits, `.`, `_` and `-` are
+    %-escaped, so two names never map to one folder."""
+    text = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "._-") else f"%{ord(ch):02x}"
+                   for ch in name)  # fmt: skip
+    return text if text not in ("", ".", "..") else f"%{text}"

@@ -59,7 +59,7 @@ def build_app(
         settings.app_id,
         broker=settings.broker,
         store="rocksdb://",
-        datadir=str(settings.data_dir),
+        datadir=str(settings.tables_dir),
         processing_guarantee=settings.processing_guarantee,
         topic_partitions=p,
         topic_replication_factor=settings.replication_factor,

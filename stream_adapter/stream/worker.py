@@ -30,7 +30,7 @@ def run_worker(settings: Settings) -> None:
 
     # The topology module reads its settings from the environment: pass CLI overrides on.
     os.environ.update(settings.to_env())
-    settings.data_dir.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
+    settings.tables_dir.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
     app = load_topology(settings)
 
     def before() -> None:

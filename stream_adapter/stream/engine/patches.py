@@ -1,4 +1,4 @@
-"""The engine's five replacements of faust-streaming methods, installed by one function.
+"""The engine's six replacements of faust-streaming methods, installed by one function.
 
 Each replaces a method process-wide (a class attribute), so each is written against one
 release: `install` refuses any other faust-streaming, mode-streaming or aiokafka release
@@ -57,17 +57,19 @@ def _version(name: str) -> str | None:
 def install() -> None:
     """Check the versions, then install every patch (idempotent)."""
     check_versions()
+    from faust.tables.recovery import Recovery
     from faust.transport.consumer import Consumer, TransactionManager
     from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
 
     from stream_adapter.stream.engine.commits import offsets, transactions
-    from stream_adapter.stream.engine.recovery import broker_highwaters
+    from stream_adapter.stream.engine.recovery import broker_highwaters, foreign_stores_set_aside
 
     _replace(Consumer, "_new_offset", lambda _: offsets.new_offset)
     _replace(AIOKafkaConsumerThread, "_highwaters", broker_highwaters)
     _replace(Producer, "begin_transaction", transactions.guarded_begin_transaction)
     _replace(TransactionManager, "commit", lambda _: transactions.guarded_commit)
     _replace(TransactionManager, "on_rebalance", transactions.guarded_on_rebalance)
+    _replace(Recovery, "_build_offsets", foreign_stores_set_aside)
 
 
 def original(cls: type, name: str) -> Any:

@@ -1,4 +1,5 @@
-"""Exactly-once table recovery reads the changelog up to its real last stable offset.
+"""Table recovery: exactly once, up to the changelog's real last stable offset; and never
+from a local store that belongs to another copy of the changelog.
 
 Recovery restores a table partition up to the changelog's highwater. For a transactional
 consumer Faust answers it from what aiokafka last fetched, which is unknown right after a
@@ -7,15 +8,26 @@ bounded, until the stable offset reaches the high watermark: a transaction a dea
 open is aborted a moment after the new owner starts, and recovery stopping short of it would
 miss the records written after it began (an approved call's `running` mark). Installed by
 engine/patches.py; the faults it fixes are in docs/faust-patches.md.
+
+A table partition's RocksDB store records the changelog offset it has applied. A store whose
+offset lies past the end of the changelog was written from another copy of it (the topic was
+deleted and created again, or the broker's data was wiped): Faust stops the worker with a
+ConsistencyError, on every start, and when the new copy is empty it would not even notice and
+serve the old records. Such a partition store is moved aside (renamed, never deleted) and
+rebuilt from the changelog, with one WARNING line that says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
+
+from stream_adapter import logs
 
 STABLE_WAIT_S = 30.0
 """Longest recovery waits for an open transaction on the changelog to close."""
@@ -73,3 +85,64 @@ async def stable_highwaters(consumer: Any, partitions: list[Any]) -> Mapping[Any
             stable = await consumer.end_offsets(partitions)
     finally:
         await probe.stop()
+
+
+BuildOffsets = Callable[[Any, Any, Any, Any, str], Awaitable[None]]
+
+
+def foreign_stores_set_aside(build_offsets: BuildOffsets) -> BuildOffsets:
+    """`Recovery._build_offsets` that, after Faust's own, moves aside each partition store
+    whose applied offset lies past the changelog's end, and recovers it from the start."""
+
+    async def _build_offsets(
+        self: Any, consumer: Any, tps: Any, destination: Any, title: str
+    ) -> None:
+        await build_offsets(self, consumer, tps, destination, title)
+        if not tps:
+            return
+        highwaters = await consumer.highwaters(*tps)
+        stale = [
+            tp
+            for tp in tps
+            if highwaters.get(tp) is not None
+            and destination.get(tp) is not None
+            and destination[tp] > highwaters[tp] - 1
+        ]
+        if not stale:
+            return
+        earliest = await consumer.earliest_offsets(*stale)
+        for tp in stale:
+            aside = set_aside(self.tp_to_table.get(tp), tp.partition)
+            logs.event(
+                logs.WARNING,
+                "table store of another copy of the changelog set aside; rebuilding it",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=destination[tp],
+                path=str(aside) if aside is not None else None,
+            )
+            first = earliest.get(tp)
+            destination[tp] = first - 1 if first is not None else -1
+
+    return _build_offsets
+
+
+def set_aside(table: Any, partition: int) -> Path | None:
+    """Close a table partition's RocksDB store and rename its folder (`.stale-<time>`); the
+    next use opens a new, empty one. None when the store keeps nothing on disk."""
+    store = getattr(table, "data", None)
+    partition_path = getattr(store, "partition_path", None)
+    if store is None or partition_path is None:
+        return None
+    db = store._dbs.pop(partition, None)
+    if db is not None:
+        db.close()
+    index = store._key_index
+    for key in [k for k, p in list(index.items()) if p == partition]:
+        index.pop(key, None)
+    path = Path(partition_path(partition))
+    if not path.exists():
+        return None
+    aside = path.with_name(f"{path.name}.stale-{time.strftime('%Y%m%dT%H%M%S')}")
+    path.rename(aside)
+    return aside
