@@ -4,6 +4,7 @@ written for."""
 from __future__ import annotations
 
 import pytest
+from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer, TransactionManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
 
@@ -47,7 +48,7 @@ def test_the_installed_versions_are_the_ones_written_for() -> None:
     patches.check_versions()  # what pyproject.toml pins must pass its own check
 
 
-def test_install_replaces_the_five_methods_once_and_keeps_fausts() -> None:
+def test_install_replaces_the_six_methods_once_and_keeps_fausts() -> None:
     patches.install()
     patches.install()
     assert Consumer._new_offset is offsets.new_offset
@@ -57,6 +58,7 @@ def test_install_replaces_the_five_methods_once_and_keeps_fausts() -> None:
         (Producer, "begin_transaction"),
         (TransactionManager, "commit"),
         (TransactionManager, "on_rebalance"),
+        (Recovery, "_build_offsets"),
     ]
     for cls, name in replaced:
         faust_own = patches.original(cls, name)
