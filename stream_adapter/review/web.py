@@ -175,7 +175,8 @@ async def _verify(request: web.Request, token: str, event: str) -> Reviewer:
         reviewer = await asyncio.to_thread(service.reviewers.verify, token)
     except Unauthenticated:
         limited = service.limiter.failed(client)
-        logs.event(logs.WARNING, "review: token refused", event=event, client=client)
+        message = "review: login failed" if event == "login_failed" else "review: token refused"
+        logs.event(logs.WARNING, message, event=event, client=client)
         if limited:
             logs.event(
                 logs.WARNING,
