@@ -285,12 +285,13 @@ class Client:
         signed: bool = True,
         **extra: Any,
     ) -> None:
-        """Produce a decision, signed with the settings' decision keys (as the review service
-        signs) unless signed is False or headers are given."""
+        """Produce a decision with headers, signed with the settings' decision keys (as the
+        review service signs) unless signed is False."""
         body = {"approval_id": approval_id, "approved": approved, "reviewer": reviewer, **extra}
         value = orjson.dumps(body)
-        if headers is None and signed:
-            headers = DecisionKeys.from_settings(self.settings).sign(value).items()
+        if signed:
+            signature = DecisionKeys.from_settings(self.settings).sign(value).items()
+            headers = [*(headers or ()), *signature]
         await self.send(
             value, key=approval_id.encode(), topic=self.settings.decisions_topic, headers=headers
         )
