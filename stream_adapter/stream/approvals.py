@@ -78,13 +78,12 @@ class ApprovalTable:
 
 
 def signature_of(keys: DecisionKeys, headers: Mapping[str, bytes]) -> str:
-    """How a decision that passed `keys.verify` was signed: `signed` when keys checked it,
-    else `unsigned` (no signature headers) or `unchecked` (signed, but no keys to check it)."""
-    if keys.required:
-        return "signed"
-    if KEY_ID_HEADER in headers or SIGNATURE_HEADER in headers:
-        return "unchecked"
-    return "unsigned"
+    """How a decision that passed `keys.verify` was signed: `unsigned` (no signature headers:
+    accepted only with ALLOW_UNSIGNED_DECISIONS), `signed` when keys checked it, `unchecked`
+    (signed, but no keys to check it)."""
+    if KEY_ID_HEADER not in headers and SIGNATURE_HEADER not in headers:
+        return "unsigned"
+    return "signed" if keys.required else "unchecked"
 
 
 class ApprovalFlow:

@@ -87,8 +87,8 @@ async def test_metrics_count_a_known_mix_of_calls(
     wait = "stream_adapter_approval_wait_seconds_count"
     assert value(samples, wait, tool="send_invoice", verdict="approved") == 1
     decisions = "stream_adapter_decisions_total"
-    assert value(samples, decisions, signature="unsigned") == 1
-    assert value(samples, decisions, signature="signed") == 0
+    assert value(samples, decisions, signature="signed") == 1  # the harness signs, as review does
+    assert value(samples, decisions, signature="unsigned") == 0
     assert value(samples, "process_cpu_seconds_total") > 0
     assert value(samples, "process_resident_memory_bytes") > 10 * 2**20
     [build] = [dict(labels) for name, labels in samples if name == "stream_adapter_build_info"]

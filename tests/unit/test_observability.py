@@ -124,6 +124,8 @@ def test_decisions_are_counted_by_signature() -> None:
     assert signature_of(keys, keys.sign(value)) == "signed"
     assert signature_of(none, {}) == "unsigned"
     assert signature_of(none, keys.sign(value)) == "unchecked"
+    allowing = DecisionKeys.parse("k1:secret", allow_unsigned=True)
+    assert signature_of(allowing, {}) == "unsigned"  # accepted unsigned, counted as such
     metrics = Metrics()
     for signature in ("signed", "unsigned", "unsigned", "invalid"):
         metrics.decision_read(signature)
