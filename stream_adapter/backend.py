@@ -8,12 +8,11 @@ and ``TOOLS``), or from a registry you pass. Handlers take ``backend.executor``;
 from __future__ import annotations
 
 import importlib
-from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stream_adapter.executor import Executor
-from stream_adapter.tools import ToolRegistry
+from stream_adapter.tools import ToolNames, ToolRegistry, allow_list
 
 if TYPE_CHECKING:
     from stream_adapter.approvals import ApprovalStore
@@ -56,7 +55,7 @@ def build_backend(
     registry: ToolRegistry | None = None,
     *,
     store: ApprovalStore | None = None,
-    tools: Collection[str] | None = None,
+    tools: ToolNames | None = None,
     origin: str | None = None,
     topology: str | None = None,
 ) -> Backend:
@@ -77,9 +76,8 @@ def build_backend(
     built = build(store)
     if not isinstance(built, Executor):
         raise TypeError(f"{module.__name__}.build_executor(store) did not return an Executor")
-    allowed = tools if tools is not None else getattr(module, "TOOLS", None)
-    if allowed is not None:
-        narrowed = frozenset(allowed)
+    narrowed = allow_list(tools if tools is not None else getattr(module, "TOOLS", None))
+    if narrowed is not None:
         built.tools = narrowed if built.tools is None else built.tools & narrowed
     if origin is not None:
         built.origin = origin

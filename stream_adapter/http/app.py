@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import orjson
@@ -39,6 +39,7 @@ from stream_adapter.handler import handle_envelope, record_decision, resolve_out
 from stream_adapter.http.credentials import BearerTokens
 from stream_adapter.replies import Reply, ok_reply
 from stream_adapter.review.auth import Forbidden, ReviewersFile, Unauthenticated
+from stream_adapter.tools import ToolNames, allow_list
 
 __all__ = ["IDEMPOTENCY_HEADER", "ToolServer", "create_app"]
 
@@ -99,13 +100,13 @@ class ToolServer:
         *,
         callers: Credentials,
         reviewers: Credentials,
-        tools: Collection[str] | None = None,
+        tools: ToolNames | None = None,
         origin: str = "http",
     ) -> None:
         given = executor_of(backend)
         # Its own executor: what it parks carries its origin, whatever the backend's is.
         self.executor = Executor(given.registry, given.store, origin=origin, tools=given.tools)
-        self.tools = frozenset(tools) if tools is not None else None
+        self.tools = allow_list(tools)
         self.origin = origin
         self.callers = _tokens(callers)
         self.reviewers = _tokens(reviewers)
@@ -386,7 +387,7 @@ def create_app(
     *,
     callers: Credentials,
     reviewers: Credentials,
-    tools: Collection[str] | None = None,
+    tools: ToolNames | None = None,
     origin: str = "http",
 ) -> Starlette:
     """The HTTP tool server over backend's tools and approval store (an ASGI app).

@@ -143,3 +143,23 @@ def test_a_topologys_tools_list_refuses_a_bare_string() -> None:
         topology_tools(module)
     module.TOOLS = ["delete_all_logs"]  # type: ignore[attr-defined]
     assert [tool.name for tool in topology_tools(module)] == ["delete_all_logs"]
+
+
+@pytest.mark.parametrize("tools", BARE, ids=type)
+def test_build_backend_and_the_http_server_refuse_a_bare_string(tools: Any, tmp_path: Path) -> None:
+    from stream_adapter.backend import build_backend
+    from stream_adapter.http.app import create_app
+
+    deletes = Deletes()
+    with pytest.raises(TypeError):
+        build_backend(deletes.registry, tools=tools)
+    with pytest.raises(TypeError):
+        build_backend(store=MemoryApprovalStore(), topology="topologies.demo", tools=tools)
+    backend = build_backend(deletes.registry)
+    with pytest.raises(TypeError):
+        create_app(
+            backend,
+            callers=tmp_path / "callers.json",
+            reviewers=tmp_path / "reviewers.json",
+            tools=tools,
+        )

@@ -11,7 +11,12 @@ import pytest
 
 from tests.harness import ROOT
 
-EXTRAS = {"redis": "RedisApprovalStore", "sqlalchemy": "SQLApprovalStore"}
+EXTRAS = {
+    "redis": "RedisApprovalStore",
+    "sqlalchemy": "SQLApprovalStore",
+    "aiobotocore": "DynamoDBApprovalStore",
+}
+EXTRA_NAMES = {"redis": "redis", "sqlalchemy": "sql", "aiobotocore": "dynamodb"}
 
 
 def run_without(blocked: list[str], body: str) -> subprocess.CompletedProcess[str]:
@@ -26,7 +31,7 @@ def run_without(blocked: list[str], body: str) -> subprocess.CompletedProcess[st
     )
 
 
-@pytest.mark.parametrize("blocked", [["redis"], ["sqlalchemy"], ["redis", "sqlalchemy"]])
+@pytest.mark.parametrize("blocked", [["redis"], ["sqlalchemy"], ["aiobotocore"], list(EXTRAS)])
 @pytest.mark.parametrize("module", ["stream_adapter", "stream_adapter.stores"])
 def test_star_import_without_extras(blocked: list[str], module: str) -> None:
     done = run_without(
@@ -59,7 +64,7 @@ def test_a_store_without_its_extra_says_what_to_install(package: str, store: str
         """,
     )
     assert done.returncode == 0, done.stderr
-    extra = "redis" if package == "redis" else "sql"
+    extra = EXTRA_NAMES[package]
     assert done.stdout.strip() == (
         f"{store} needs the {extra!r} extra: pip install 'stream-adapter[{extra}]'"
     )
