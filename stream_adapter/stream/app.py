@@ -54,7 +54,6 @@ def build_app(
 ) -> App:
     """The app that serves executor's tools on the settings' topics."""
     p = settings.partitions
-    exactly_once = settings.processing_guarantee == "exactly_once"
     app = App(
         settings.app_id,
         broker=settings.broker,
@@ -79,9 +78,10 @@ def build_app(
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 5),
         topic_disable_leader=False,
-        # Exactly-once recovery waits for open transactions to close (engine/recovery.py); a
-        # standby copy of a partition another worker is writing would wait every time.
-        table_standby_replicas=0 if exactly_once else 1,
+        # Each table partition is also kept up to date on one more worker, so a failover
+        # restores only the tail (exactly once too: standby highwaters do not wait for open
+        # transactions, engine/recovery.py).
+        table_standby_replicas=1,
         # Credentials, TLS and compression: the same as every other client (kafka_clients).
         **{**_connection(settings), **faust_options},
     )

@@ -48,7 +48,7 @@ def test_the_installed_versions_are_the_ones_written_for() -> None:
     patches.check_versions()  # what pyproject.toml pins must pass its own check
 
 
-def test_install_replaces_the_six_methods_once_and_keeps_fausts() -> None:
+def test_install_replaces_the_seven_methods_once_and_keeps_fausts() -> None:
     patches.install()
     patches.install()
     assert Consumer._new_offset is offsets.new_offset
@@ -59,6 +59,7 @@ def test_install_replaces_the_six_methods_once_and_keeps_fausts() -> None:
         (TransactionManager, "commit"),
         (TransactionManager, "on_rebalance"),
         (Recovery, "_build_offsets"),
+        (Recovery, "_build_highwaters"),
     ]
     for cls, name in replaced:
         faust_own = patches.original(cls, name)

@@ -24,6 +24,7 @@ from stream_adapter.stream.engine.consumer import (
     Handler,
     Pause,
 )
+from stream_adapter.stream.engine.restore import BulkRestore
 from stream_adapter.stream.engine.services import Hook, HookService
 from stream_adapter.stream.engine.stalls import StallWatch
 from stream_adapter.stream.engine.stuck import StuckPartition
@@ -81,6 +82,7 @@ class App(faust.App):
 
     def _new_consumer(self) -> Any:
         consumer = cast(FastConsumer, super()._new_consumer())
+        consumer.restore = BulkRestore(self)
         consumer.handlers.update(self.__dict__.get("_fast_routes", {}))
         consumer.flushes.extend(self.__dict__.get("_fast_flushes", []))
         consumer.drains.extend(self.__dict__.get("_fast_drains", []))

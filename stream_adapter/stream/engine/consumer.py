@@ -27,6 +27,7 @@ from stream_adapter import logs
 from stream_adapter.stream.engine.commits.gate import CommitGate
 from stream_adapter.stream.engine.loop_consumer import LoopConsumerThread
 from stream_adapter.stream.engine.producer import IdempotentProducer
+from stream_adapter.stream.engine.restore import BulkRestore
 from stream_adapter.stream.engine.stuck import StuckPartitions
 
 ROUND_SLICE_S = 0.05
@@ -63,6 +64,8 @@ class FastConsumer(faust_aiokafka.Consumer):
         self._seeking.set()
         self.stuck = StuckPartitions()
         """Partitions set aside because their next batch cannot be fetched or decoded."""
+        self.restore: BulkRestore | None = None
+        """Where table changelog records go in bulk (engine/restore.py); None: Faust's path."""
 
     def _new_consumer_thread(self) -> LoopConsumerThread:
         return LoopConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -105,6 +108,8 @@ class FastConsumer(faust_aiokafka.Consumer):
                 await asyncio.sleep(0)  # a fetch may return at once, over and over
                 seeks = self._seeks
                 records, active = await self._wait_next_records(1.0)
+                if not records and self.restore is not None:
+                    self.restore.settle(self._position)  # every fetched record is handed on
                 if records is None or self.should_stop:
                     continue
                 if seeks != self._seeks or not self._seeking.is_set():
@@ -148,6 +153,19 @@ class FastConsumer(faust_aiokafka.Consumer):
                 await self._refetch({tp: batch[0].offset})
                 continue
             app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+            if (
+                self.restore is not None
+                and not self.should_stop
+                and self.flow_active
+                and app.consumer_generation_id == generation_id
+                and self.restore.apply(tp, batch, self._position(tp))
+            ):
+                read_offset[tp] = batch[-1].offset
+                expected[tp] = batch[-1].offset + 1
+                if clock() >= yield_at:
+                    await asyncio.sleep(0)
+                    yield_at = clock() + ROUND_SLICE_S
+                continue
             for record in batch:
                 if (
                     self.should_stop
@@ -333,6 +351,18 @@ class FastConsumer(faust_aiokafka.Consumer):
                     fetched = state.position < high
             out.append((tp, committed, handed_on or fetched))
         return out
+
+    def _position(self, tp: Any) -> int | None:
+        """The aiokafka consumer's next offset to fetch of tp (None when unknown)."""
+        consumer = getattr(self._thread, "_consumer", None)
+        assignment = getattr(getattr(consumer, "_subscription", None), "subscription", None)
+        states = getattr(assignment, "assignment", None)
+        if states is None:
+            return None
+        state = states.state_value(TopicPartition(tp.topic, tp.partition))
+        if state is None or not state.has_valid_position:
+            return None
+        return int(state.position)
 
     def request_rejoin(self) -> None:
         """Have the group rebalance, so every partition restarts from its committed offset."""

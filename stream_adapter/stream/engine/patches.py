@@ -1,4 +1,4 @@
-"""The engine's six replacements of faust-streaming methods, installed by one function.
+"""The engine's seven replacements of faust-streaming methods, installed by one function.
 
 Each replaces a method process-wide (a class attribute), so each is written against one
 release: `install` refuses any other faust-streaming, mode-streaming or aiokafka release
@@ -62,7 +62,11 @@ def install() -> None:
     from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
 
     from stream_adapter.stream.engine.commits import offsets, transactions
-    from stream_adapter.stream.engine.recovery import broker_highwaters, foreign_stores_set_aside
+    from stream_adapter.stream.engine.recovery import (
+        broker_highwaters,
+        foreign_stores_set_aside,
+        standbys_without_waiting,
+    )
 
     _replace(Consumer, "_new_offset", lambda _: offsets.new_offset)
     _replace(AIOKafkaConsumerThread, "_highwaters", broker_highwaters)
@@ -70,6 +74,7 @@ def install() -> None:
     _replace(TransactionManager, "commit", lambda _: transactions.guarded_commit)
     _replace(TransactionManager, "on_rebalance", transactions.guarded_on_rebalance)
     _replace(Recovery, "_build_offsets", foreign_stores_set_aside)
+    _replace(Recovery, "_build_highwaters", standbys_without_waiting)
 
 
 def original(cls: type, name: str) -> Any:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +36,48 @@ STABLE_WAIT_S = 30.0
 Highwaters = Callable[[Any, list[Any]], Awaitable[Mapping[Any, int]]]
 
 
+_STANDBY: ContextVar[bool] = ContextVar("stream_adapter_standby_highwaters", default=False)
+"""True while recovery asks for its standby partitions' highwaters."""
+
+
 def broker_highwaters(highwaters: Highwaters) -> Highwaters:
     """`AIOKafkaConsumerThread._highwaters` asking the broker when the app is exactly once
-    (Faust's own, `highwaters`, otherwise)."""
+    (Faust's own, `highwaters`, otherwise); standby partitions get their last stable
+    offsets at once, without waiting for open transactions."""
 
     async def _highwaters(self: Any, partitions: list[Any]) -> Mapping[Any, int]:
         if not self.consumer.in_transaction:
             return await highwaters(self, partitions)
+        if _STANDBY.get():
+            return await self._ensure_consumer().end_offsets(partitions)  # type: ignore[no-any-return]
         return await stable_highwaters(self._ensure_consumer(), partitions)
 
     return _highwaters
+
+
+BuildHighwaters = Callable[[Any, Any, Any, Any, str], Awaitable[None]]
+
+
+def standbys_without_waiting(build_highwaters: BuildHighwaters) -> BuildHighwaters:
+    """`Recovery._build_highwaters` that, for standby partitions, takes the last stable
+    offsets as they are.
+
+    Faust builds them after active recovery and before the worker resumes its streams; a
+    standby copy of a partition another worker writes in transactions almost always has one
+    open, so waiting for it to close (`stable_highwaters`) held every rebalance up to
+    STABLE_WAIT_S. A standby's highwater only tells when it has caught up.
+    """
+
+    async def _build_highwaters(
+        self: Any, consumer: Any, tps: Any, destination: Any, title: str
+    ) -> None:
+        token = _STANDBY.set(title == "standby")
+        try:
+            await build_highwaters(self, consumer, tps, destination, title)
+        finally:
+            _STANDBY.reset(token)
+
+    return _build_highwaters
 
 
 _CONNECTION = (
