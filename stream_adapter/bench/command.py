@@ -80,6 +80,22 @@ from stream_adapter.settings import Settings
     help="Instead: 1, 2 and 3 workers on a three-node cluster (throughput, CPU per call, "
     "join pauses; stream_adapter/bench/scale.py). Try --calls 20000.",
 )
+@click.option(
+    "--state",
+    "state_sizes",
+    type=click.IntRange(1),
+    multiple=True,
+    help="Instead: N parked approvals (repeatable, e.g. 10000 100000 1000000); time a fresh "
+    "worker's first answers and a two-worker failover, with RSS and disk "
+    "(stream_adapter/bench/state.py). --rounds interleaves the sizes.",
+)
+@click.option(
+    "--state-guarantee",
+    "state_guarantees",
+    type=click.Choice(["at_least_once", "exactly_once"]),
+    multiple=True,
+    help="Processing guarantee of the --state workers (repeatable; default at_least_once).",
+)
 @click.pass_context
 def bench(
     ctx: click.Context,
@@ -93,6 +109,8 @@ def bench(
     warm_paced_s: float,
     own_broker: bool | None,
     scale_out: bool,
+    state_sizes: tuple[int, ...],
+    state_guarantees: tuple[str, ...],
 ) -> None:
     """Measure the worker side by side with an aiokafka loop and Quix Streams apps.
 
@@ -118,6 +136,22 @@ def bench(
             settings.bootstrap_servers,
             calls=calls,
             partitions=partitions,
+            out=out,
+            own_broker=own_broker,
+            jars_dir=Path(".kafka/libs"),
+            say=step,
+            table=click.echo,
+        )
+        return
+
+    if state_sizes:
+        from stream_adapter.bench.state import state_command
+
+        state_command(
+            settings.bootstrap_servers,
+            sizes=state_sizes,
+            guarantees=state_guarantees or ("at_least_once",),
+            rounds=rounds,
             out=out,
             own_broker=own_broker,
             jars_dir=Path(".kafka/libs"),
