@@ -184,7 +184,7 @@ async def fill(settings: Settings, n: int) -> None:
         await consumer.commit({tp: end for tp, end in ends.items() if end})
 
 
-class _Probe:
+class Probe:
     """Sends one echo call per partition and waits until each is answered."""
 
     def __init__(self, settings: Settings) -> None:
@@ -194,7 +194,7 @@ class _Probe:
         self._replies = kafka_clients.consumer(settings)
         self._answered: set[str] = set()
 
-    async def __aenter__(self) -> _Probe:
+    async def __aenter__(self) -> Probe:
         await self._producer.start()
         await self._replies.start()
         topic = self._settings.replies_topic
@@ -277,8 +277,10 @@ async def measure(
     guarantee: str,
     timeout_s: float,
     say: Callable[[str], None],
+    worker_env: dict[str, str] | None = None,
 ) -> StatePoint:
-    """Fill a fresh app with n parked calls, then time a fresh worker and a failover."""
+    """Fill a fresh app with n parked calls, then time a fresh worker and a failover;
+    worker_env is added to the workers' environment (PYTHONPATH: another checkout's code)."""
     settings = run_settings(
         bootstrap, workdir, f"state-{n}", partitions=8, processing_guarantee=guarantee
     )
@@ -287,9 +289,9 @@ async def measure(
     await fill(settings, n)
     fill_s = time.monotonic() - began
     say(f"{n:,} parked calls written in {fill_s:.1f} s")
-    pool = WorkerPool(settings, workdir / "workers")
+    pool = WorkerPool(settings, workdir / "workers", extra_env=dict(worker_env or {}))
     try:
-        async with _Probe(settings) as probe:
+        async with Probe(settings) as probe:
             first = pool.slot("w1")
             started = time.monotonic()
             first.start()
@@ -335,6 +337,7 @@ async def run_state(
     rounds: int = 1,
     timeout_s: float = 600.0,
     say: Callable[[str], None] = print,
+    worker_env: dict[str, str] | None = None,
 ) -> StateResults:
     """Every size and guarantee once per round, the rounds interleaved."""
     results = StateResults()
@@ -343,7 +346,7 @@ async def run_state(
             for n in sizes:
                 say(f"round {round_no}: {n:,} records, {guarantee}")
                 folder = workdir / f"r{round_no}-{guarantee}-{n}"
-                point = await measure(bootstrap, folder, n, guarantee, timeout_s, say)
+                point = await measure(bootstrap, folder, n, guarantee, timeout_s, say, worker_env)
                 results.points.append(point)
     return results
 
