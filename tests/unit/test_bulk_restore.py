@@ -86,7 +86,8 @@ def _app(tmp_path: Path) -> tuple[Any, _Store, _Recovery]:
         standbys_ready=False,
         on_standbys_ready=lambda: ready.append(True),
     )
-    return SimpleNamespace(tables=tables), store, recovery
+    consumer = SimpleNamespace(_paused_partitions=set())
+    return SimpleNamespace(tables=tables, consumer=consumer), store, recovery
 
 
 def test_a_batch_is_written_with_its_offset_and_ends_recovery(tmp_path: Path) -> None:
@@ -156,3 +157,22 @@ def test_partitions_it_does_not_serve_go_to_faust(tmp_path: Path) -> None:
     app.tables._changelogs[TOPIC]._on_changelog_event = print
     recovery.active_tps.add(TP(TOPIC, 0))
     assert not restore.apply(TP(TOPIC, 0), [_rec(0, b"a", b"v")], position=1)
+
+
+def test_nothing_ends_while_recovery_is_being_set_up(tmp_path: Path) -> None:
+    """Faust pauses every assigned partition at a rebalance and resumes the changelog ones
+    once their highwaters are built: until then the offsets may be the last assignment's."""
+    app, _, recovery = _app(tmp_path)
+    tp = TP(TOPIC, 0)
+    recovery.active_tps.add(tp)
+    recovery.active_offsets[tp] = 3  # no highwater yet: nothing seems left to restore
+    app.consumer._paused_partitions.add(tp)
+    restore = BulkRestore(app)
+    restore.settle(lambda _: 9)
+    assert recovery.in_recovery and not recovery.signal_recovery_end.is_set()
+    app.consumer._paused_partitions.clear()
+    recovery.active_highwaters[tp] = 5
+    restore.settle(lambda _: 4)  # offsets 4 and 5 not fetched yet
+    assert recovery.in_recovery
+    restore.settle(lambda _: 6)
+    assert not recovery.in_recovery and recovery.signal_recovery_end.is_set()

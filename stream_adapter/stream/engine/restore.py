@@ -85,13 +85,13 @@ class BulkRestore:
         alone hands no record out), and signal what that ends. Called between fetches."""
         tables = self._app.tables
         recovery = tables.recovery
-        if recovery.in_recovery:
+        if self._reading(recovery.active_tps) and recovery.in_recovery:
             for tp in list(recovery.active_tps):
                 if tp.topic in tables._changelogs:
                     _past_markers(
                         recovery.active_offsets, recovery.active_highwaters, tp, position_of(tp)
                     )
-        elif not tables.standbys_ready:
+        elif self._reading(recovery.standby_tps) and not tables.standbys_ready:
             for tp in list(recovery.standby_tps):
                 if tp.topic in tables._changelogs:
                     _past_markers(
@@ -101,26 +101,37 @@ class BulkRestore:
             return
         self._signal(recovery)
 
+    def _reading(self, tps: set[Any]) -> bool:
+        """Recovery reads tps: Faust resumes them once their highwaters and start offsets are
+        built, and pauses every assigned partition at each rebalance, so before that the
+        recovery state may still be the previous assignment's."""
+        return bool(tps) and not tps & self._app.consumer._paused_partitions
+
     def _signal(self, recovery: Any) -> None:
         """What Faust's loop does after each record: end active recovery once no active
         partition has records left, and mark the standbys ready once none has."""
-        if recovery.in_recovery and not recovery.need_recovery():
+        ending = recovery.in_recovery and self._reading(recovery.active_tps)
+        if ending and not recovery.need_recovery():
             recovery.flush_buffers()
             recovery._set_recovery_ended()
             recovery.signal_recovery_end.set()
             logs.event(logs.INFO, "table partitions restored", records=self._active)
             self._active = 0
         tables = self._app.tables
-        if not tables.standbys_ready and not recovery.in_recovery and _caught_up(recovery):
+        if (
+            not tables.standbys_ready
+            and not recovery.in_recovery
+            and self._reading(recovery.standby_tps)
+            and _caught_up(recovery)
+        ):
             tables.on_standbys_ready()
-            if recovery.standby_tps:
-                logs.event(
-                    logs.INFO,
-                    "standby table partitions caught up",
-                    partitions=len(recovery.standby_tps),
-                    records=self._standby,
-                )
-                self._standby = 0
+            logs.event(
+                logs.INFO,
+                "standby table partitions caught up",
+                partitions=len(recovery.standby_tps),
+                records=self._standby,
+            )
+            self._standby = 0
 
 
 def _past_markers(offsets: Any, highwaters: Any, tp: Any, position: int | None) -> None:
