@@ -278,9 +278,11 @@ async def measure(
     timeout_s: float,
     say: Callable[[str], None],
     worker_env: dict[str, str] | None = None,
+    failover: bool = True,
 ) -> StatePoint:
     """Fill a fresh app with n parked calls, then time a fresh worker and a failover;
-    worker_env is added to the workers' environment (PYTHONPATH: another checkout's code)."""
+    worker_env is added to the workers' environment (PYTHONPATH: another checkout's code);
+    without failover, its figures are 0."""
     settings = run_settings(
         bootstrap, workdir, f"state-{n}", partitions=8, processing_guarantee=guarantee
     )
@@ -299,6 +301,8 @@ async def measure(
             fresh = (rss_mb(first), disk_mb(first))
             fresh_restored = sum(_log_numbers(first.log_since_start(), RESTORED, b"records"))
             say(f"fresh worker answered after {fresh_answer_s:.1f} s")
+            if not failover:
+                return _point(settings, n, fill_s, fresh_answer_s, fresh_restored, fresh)
             second = await pool.start("w2")
             for worker in (first, second):
                 await _until_in_log(worker, CAUGHT_UP, 1, timeout_s)
@@ -312,17 +316,41 @@ async def measure(
             say(f"survivor answered {failover_s:.1f} s after the kill")
     finally:
         await pool.stop_all()
+    return _point(
+        settings,
+        n,
+        fill_s,
+        fresh_answer_s,
+        fresh_restored,
+        fresh,
+        failover_s,
+        sum(restored[restored_before:]),
+        survivor,
+    )
+
+
+def _point(
+    settings: Settings,
+    n: int,
+    fill_s: float,
+    fresh_answer_s: float,
+    fresh_restored: int,
+    fresh: tuple[float, float],
+    failover_s: float = 0.0,
+    failover_restored: int = 0,
+    survivor: tuple[float, float] = (0.0, 0.0),
+) -> StatePoint:
     return StatePoint(
         records=n,
-        guarantee=guarantee,
+        guarantee=settings.processing_guarantee,
         fill_s=round(fill_s, 2),
         fresh_answer_s=round(fresh_answer_s, 2),
         fresh_restored=fresh_restored,
         fresh_rss_mb=fresh[0],
         fresh_disk_mb=fresh[1],
         failover_s=round(failover_s, 2),
-        failover_net_s=round(failover_s - settings.session_timeout_s, 2),
-        failover_restored=sum(restored[restored_before:]),
+        failover_net_s=round(failover_s - settings.session_timeout_s, 2) if failover_s else 0.0,
+        failover_restored=failover_restored,
         survivor_rss_mb=survivor[0],
         survivor_disk_mb=survivor[1],
     )
@@ -338,6 +366,7 @@ async def run_state(
     timeout_s: float = 600.0,
     say: Callable[[str], None] = print,
     worker_env: dict[str, str] | None = None,
+    failover: bool = True,
 ) -> StateResults:
     """Every size and guarantee once per round, the rounds interleaved."""
     results = StateResults()
@@ -346,7 +375,9 @@ async def run_state(
             for n in sizes:
                 say(f"round {round_no}: {n:,} records, {guarantee}")
                 folder = workdir / f"r{round_no}-{guarantee}-{n}"
-                point = await measure(bootstrap, folder, n, guarantee, timeout_s, say, worker_env)
+                point = await measure(
+                    bootstrap, folder, n, guarantee, timeout_s, say, worker_env, failover
+                )
                 results.points.append(point)
     return results
 
