@@ -46,6 +46,10 @@ from stream_adapter.settings import Settings
 TOOL = "send_invoice"
 RESTORED = b"table partitions restored"
 CAUGHT_UP = b"standby table partitions caught up"
+CHANGELOG_RECORDS_PER_BATCH = 1 << 30
+"""Records to a changelog record batch: as many as fit (512 KiB). The worker writes records as
+it parks calls, in smaller batches; filling a million one record to a batch takes half an
+hour (docs/bench.md has a comparison at 100,000)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,19 +144,28 @@ class _Batches:
     """Record batches per (topic, partition), each sent once full: a send per record would
     make filling a million records the slow part."""
 
-    def __init__(self, producer: Any) -> None:
+    def __init__(self, producer: Any, per_batch: int) -> None:
         self._producer = producer
+        self._per_batch = per_batch
         self._open: dict[tuple[str, int], Any] = {}
+        self._counts: dict[tuple[str, int], int] = {}
         self._sent: list[Any] = []
 
     async def add(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
-        batch = self._open.get((topic, partition))
-        if batch is None or batch.append(key=key, value=value, timestamp=None) is None:
-            if batch is not None:
-                sent = await self._producer.send_batch(batch, topic, partition=partition)
-                self._sent.append(sent)
-            batch = self._open[(topic, partition)] = self._producer.create_batch()
-            batch.append(key=key, value=value, timestamp=None)
+        where = (topic, partition)
+        batch = self._open.get(where)
+        if (
+            batch is not None
+            and self._counts[where] < self._per_batch
+            and batch.append(key=key, value=value, timestamp=None) is not None
+        ):
+            self._counts[where] += 1
+            return
+        if batch is not None:
+            self._sent.append(await self._producer.send_batch(batch, topic, partition=partition))
+        batch = self._open[where] = self._producer.create_batch()
+        batch.append(key=key, value=value, timestamp=None)
+        self._counts[where] = 1
 
     async def close(self) -> None:
         for (topic, partition), batch in self._open.items():
@@ -162,20 +175,22 @@ class _Batches:
         self._sent.clear()
 
 
-async def fill(settings: Settings, n: int) -> None:
-    """n parked calls: their approval records on the changelog, their calls on the calls
-    topic, and the worker group's offsets committed past the calls."""
+async def fill(settings: Settings, n: int, per_batch: int = CHANGELOG_RECORDS_PER_BATCH) -> None:
+    """n parked calls: their approval records on the changelog (per_batch records to a
+    record batch), their calls on the calls topic, and the worker group's offsets
+    committed past the calls."""
     producer = kafka_clients.producer(settings, max_batch_size=512 << 10, linger_ms=5)
     p = settings.partitions
     template = record_template(settings)
     async with kafka_clients.started(settings, producer):
-        batches = _Batches(producer)
+        batches, calls = _Batches(producer, per_batch), _Batches(producer, 1 << 30)
         for i in range(n):
             key, call, approval_id, value = parked(template, settings, i)
             changelog = settings.approvals_topic
             await batches.add(changelog, partition_for(approval_id, p), approval_id, value)
-            await batches.add(settings.calls_topic, partition_for(key, p), key, call)
+            await calls.add(settings.calls_topic, partition_for(key, p), key, call)
         await batches.close()
+        await calls.close()
     consumer = kafka_clients.consumer(settings, group_id=settings.app_id)
     async with kafka_clients.started(settings, consumer):
         tps = [TopicPartition(settings.calls_topic, i) for i in range(p)]
