@@ -3,7 +3,7 @@ RocksDB store in one WriteBatch, with the partition's applied offset in the same
 
 Faust hands each changelog record through its conductor (four asyncio tasks, an Event, a
 queue) to `Recovery._slurp_changelogs`, which buffers it and writes a thousand at a time:
-about 250 µs a record on this machine, most of a restore (docs/bench.md). The consumer hands
+about 80 µs a record on two cores, most of a restore (docs/bench.md). The consumer hands
 a table partition's records here instead (engine/consumer.py); what Faust's loop does per
 record (skip what the store already holds, write, advance the recovery offset, signal the
 end of active recovery, mark the standbys ready) is done per batch. An exactly-once
