@@ -25,11 +25,13 @@ from stream_adapter.approvals import ApprovalStore
 from tests.unit.aws_events import LambdaContext, sqs_event
 from tests.unit.test_stores import (  # the protocol suite, run again with this module's store
     test_100_concurrent_resumes_run_once,
+    test_after_not_run_neither_a_stale_nor_a_racing_host_starts_it_twice,
     test_claim_and_finish,
     test_decide,
     test_list,
     test_park_is_insert_if_absent,
     test_protocol_is_met,
+    test_racing_reruns_of_an_idempotent_call_start_one_run,
     test_reclaim_reruns_a_running_record_up_to_max_runs,
     test_resolve_not_run_approves_one_fresh_run,
     test_resolve_ran_settles_an_unknown_outcome,
@@ -38,11 +40,13 @@ from topologies.demo import build_executor
 
 __all__ = [
     "test_100_concurrent_resumes_run_once",
+    "test_after_not_run_neither_a_stale_nor_a_racing_host_starts_it_twice",
     "test_claim_and_finish",
     "test_decide",
     "test_list",
     "test_park_is_insert_if_absent",
     "test_protocol_is_met",
+    "test_racing_reruns_of_an_idempotent_call_start_one_run",
     "test_reclaim_reruns_a_running_record_up_to_max_runs",
     "test_resolve_not_run_approves_one_fresh_run",
     "test_resolve_ran_settles_an_unknown_outcome",
