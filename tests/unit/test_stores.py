@@ -174,7 +174,7 @@ def read_once(store: ApprovalStore, old: ApprovalRecord) -> bool:
         return False
 
     async def load(approval_id: str) -> ApprovalRecord | None:
-        del store._load  # type: ignore[method-assign]  # the next read is a real one again
+        del store._load  # the next read is a real one again
         return old
 
     store._load = load  # type: ignore[method-assign]
