@@ -217,7 +217,8 @@ def chaos(
         f"chaos {'PASSED' if figures.passed else 'FAILED'} ({figures.guarantee}): "
         f"{figures.calls} calls in {figures.duration_s:.0f} s, {figures.worker_kills} worker "
         f"kill(s), {restarts} broker fault(s); {figures.calls_without_terminal_reply} without "
-        f"a final reply, {figures.approved_runs_twice} approved run twice, final lag "
+        f"a final reply, {figures.approved_runs_twice} approved run twice, "
+        f"{figures.idempotent_unknown} idempotent approved unknown, final lag "
         f"{figures.final_lag}, longest time without a reply {figures.longest_reply_gap_s:.1f} s; "
         f"figures in {json_path}"
     )

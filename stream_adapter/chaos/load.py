@@ -29,9 +29,22 @@ MIX: dict[str, float] = {
     "flaky": 0.15,
     "sleep": 0.10,
     "boom": 0.10,
-    "send_invoice": 0.20,
+    "send_invoice": 0.12,
+    "wire_funds": 0.08,
 }
-EXPECTED = {"echo": "ok", "flaky": "ok", "sleep": "ok", "boom": "error", "send_invoice": "ok"}
+EXPECTED = {
+    "echo": "ok",
+    "flaky": "ok",
+    "sleep": "ok",
+    "boom": "error",
+    "send_invoice": "ok",
+    "wire_funds": "ok",
+}
+APPROVED: dict[str, bool] = {"send_invoice": True, "wire_funds": False}
+"""The demo's tools that wait for a reviewer (every such call is approved), and whether each is
+idempotent: send_invoice runs again after a crash with the same call_id and writes one ledger
+line per call; wire_funds runs at most once, writes a line per run, and a run that died with its
+worker ends `unknown`."""
 REVIEWER = "chaos-reviewer"
 
 
@@ -64,6 +77,8 @@ def _arguments(tool: str, rng: random.Random, call_id: str) -> dict[str, Any]:
         return {"seconds": round(rng.uniform(0.01, 0.3), 3)}
     if tool == "send_invoice":
         return {"customer": f"cust-{rng.randrange(1000)}", "amount_cents": rng.randrange(1, 10**6)}
+    if tool == "wire_funds":
+        return {"account": f"acct-{rng.randrange(1000)}", "amount_cents": rng.randrange(1, 10**6)}
     return {}
 
 
@@ -129,7 +144,8 @@ class CallSender:
 
 
 class AutoReviewer:
-    """Approves each send_invoice call once, as its first pending_approval reply arrives."""
+    """Approves each call that waits for a reviewer once, as its first pending_approval reply
+    arrives."""
 
     def __init__(self, sender: CallSender, keys: DecisionKeys) -> None:
         self.sender = sender

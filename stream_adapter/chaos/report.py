@@ -5,7 +5,10 @@ Definitions (docs/chaos.md):
 - an approval asked twice is a call with more than one distinct approval_id among its
   `pending_approval` replies, or an approval_id with more than one committed `pending` record;
 - an approved call run twice has more than one ledger line for its call_id;
-- duplicate replies are replies beyond the first `pending_approval` and the first terminal one.
+- duplicate replies are replies beyond the first `pending_approval` and the first terminal one;
+- per approved tool: a call ended `unknown` when its first terminal reply is `already_done` with
+  `outcome: "unknown"`, and normally otherwise; its effects are its ledger lines (an idempotent
+  tool must have exactly one per approved call, and no call may have more than one).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .load import EXPECTED, CallSpec
+from .load import APPROVED, EXPECTED, CallSpec
 
 TERMINAL = frozenset({"ok", "error", "already_done"})
 
@@ -35,6 +38,55 @@ class FaultRecord:
     recover_s: float | None
     gap_s: float | None = None
     """The longest time without any reply between the fault and its recovery."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovedTool:
+    """What became of one approved tool's calls, and what its ledger shows per call."""
+
+    idempotent: bool
+    approved: int
+    ended_normally: int
+    """With an ok or error reply (or `already_done` carrying that stored outcome)."""
+    ended_unknown: int
+    effects_none: int
+    effects_one: int
+    effects_more: int
+
+    @property
+    def ok(self) -> bool:
+        """An idempotent tool: no call unknown, one effect each; any: never two effects."""
+        if self.effects_more:
+            return False
+        if not self.idempotent:
+            return True
+        return self.ended_unknown == 0 and self.effects_one == self.approved
+
+
+def approved_figures(
+    calls: Sequence[CallSpec],
+    by_call: Mapping[str, list[dict[str, Any]]],
+    ledger: Mapping[str, int],
+) -> dict[str, ApprovedTool]:
+    """Per approved tool (load.APPROVED): its calls' endings and ledger effects."""
+    out: dict[str, ApprovedTool] = {}
+    for tool, idempotent in APPROVED.items():
+        mine = [c for c in calls if c.tool == tool]
+        normal = unknown = 0
+        for call in mine:
+            terminal = [r for r in by_call.get(call.call_id, []) if r.get("status") in TERMINAL]
+            if not terminal:
+                continue
+            first = terminal[0]
+            if first["status"] == "already_done" and first.get("outcome") == "unknown":
+                unknown += 1
+            else:
+                normal += 1
+        effects = Counter(min(ledger.get(c.call_id, 0), 2) for c in mine)
+        out[tool] = ApprovedTool(
+            idempotent, len(mine), normal, unknown, effects[0], effects[1], effects[2]
+        )
+    return out
 
 
 @dataclass(slots=True)
@@ -63,6 +115,8 @@ class ChaosFigures:
     faults: list[FaultRecord] = field(default_factory=list)
     outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
     missing_examples: list[str] = field(default_factory=list)
+    approved: dict[str, ApprovedTool] = field(default_factory=dict)
+    """Per approved tool: how its calls ended and the ledger's effects per call."""
 
     @property
     def passed(self) -> bool:
@@ -70,13 +124,20 @@ class ChaosFigures:
             self.calls_without_terminal_reply == 0
             and self.approvals_asked_twice == 0
             and self.approved_runs_twice == 0
+            and all(tool.ok for tool in self.approved.values())
             and self.final_lag == 0
             and self.unexpected_outcomes == 0
             and all(f.recover_s is not None for f in self.faults)
         )
 
+    @property
+    def idempotent_unknown(self) -> int:
+        """Approved calls of idempotent tools that ended `unknown` (must be none)."""
+        return sum(t.ended_unknown for t in self.approved.values() if t.idempotent)
+
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "passed": self.passed}
+        approved = {name: {**asdict(t), "ok": t.ok} for name, t in self.approved.items()}
+        return {**asdict(self), "approved": approved, "passed": self.passed}
 
 
 def longest_gap(arrivals: Sequence[float], start: float, end: float) -> float:
@@ -94,7 +155,7 @@ def longest_gap(arrivals: Sequence[float], start: float, end: float) -> float:
 
 
 def ledger_counts(path: Path) -> Counter[str]:
-    """Ledger lines per call_id (each line is one run of send_invoice)."""
+    """Ledger lines per call_id: one per run of wire_funds, one per call of send_invoice."""
     if not path.exists():
         return Counter()
     return Counter(json.loads(line)["call_id"] for line in path.read_text().splitlines() if line)
@@ -194,6 +255,15 @@ def render(figures: ChaosFigures, console: Console) -> None:
         table.add_row(name, str(value))
     for tool, counts in figures.outcomes.items():
         table.add_row(f"outcomes: {tool}", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    for name, ran in figures.approved.items():
+        kind = "idempotent" if ran.idempotent else "not idempotent"
+        mark = "" if ran.ok else " [red]FAIL[/red]"
+        table.add_row(
+            f"approved: {name} ({kind}){mark}",
+            f"{ran.approved} approved; {ran.ended_normally} ended with a normal reply, "
+            f"{ran.ended_unknown} unknown; ledger effects per call: {ran.effects_one} one, "
+            f"{ran.effects_none} none, {ran.effects_more} more than one",
+        )
     console.print(table)
     faults = Table("fault", "target", "at (s)", "recovered after (s)", "longest gap (s)")
     for fault in figures.faults:

@@ -34,6 +34,7 @@ from .report import (
     TERMINAL,
     ChaosFigures,
     FaultRecord,
+    approved_figures,
     ledger_counts,
     longest_gap,
     pending_records,
@@ -372,6 +373,7 @@ class ChaosRun:
             faults=self.faults,
             outcomes=replies.outcomes,
             missing_examples=replies.without_terminal[:10],
+            approved=approved_figures(calls, self.reader.by_call, ledger),
         )
 
     def _broker_words(self) -> str:

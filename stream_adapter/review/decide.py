@@ -180,6 +180,19 @@ class Decider:
             )
         return Outcome(decision, record)
 
+    def resolution_sent(self, approval_id: str) -> Resolution | None:
+        """The resolution this process wrote for approval_id and the view does not show yet."""
+        resolution = self._resolving.get(approval_id)
+        record = self.view.get(approval_id)
+        if (
+            resolution is not None
+            and record is not None
+            and record.resolved_at == resolution.decided_at
+        ):
+            del self._resolving[approval_id]
+            return None
+        return resolution
+
     def check_unknown(self, approval_id: str, resolution: Literal["ran", "not_run"]) -> None:
         """Raise unless a resolution may be written now: the view shows the record unknown,
         no `not_run` was used on it yet, and none sent from here is still on its way."""

@@ -1,4 +1,4 @@
-"""Which pending approvals a reviewer sees: search, pages of 50, and identical calls grouped.
+"""Which approvals a reviewer sees: search, pages of 50, and identical calls grouped.
 
 Plain functions over records, so the page, its live updates and the tests agree on one rule.
 """
@@ -38,7 +38,7 @@ def identical_calls(pending: Sequence[ApprovalRecord]) -> dict[str, list[str]]:
 
 def matches(record: ApprovalRecord, query: str) -> bool:
     """True when every word of query appears (case-insensitively) in the record's ids,
-    tool, agent key or arguments."""
+    tool, agent key, arguments or the worker that started its last run."""
     words = query.casefold().split()
     if not words:
         return True
@@ -49,6 +49,7 @@ def matches(record: ApprovalRecord, query: str) -> bool:
             record.run_id,
             record.call_id,
             record.agent_key or "",
+            record.started_by or "",
             orjson.dumps(record.arguments).decode(),
         ]
     ).casefold()

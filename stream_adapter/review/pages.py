@@ -21,7 +21,7 @@ from markupsafe import Markup
 
 from stream_adapter.approvals import ApprovalRecord, ApprovalState
 from stream_adapter.review.catalog import Catalog, ToolInfo, unit_of
-from stream_adapter.review.listing import Page, identical_calls
+from stream_adapter.review.listing import Page, identical_calls, page_of
 from stream_adapter.review.view import Seen
 
 __all__ = [
@@ -35,12 +35,16 @@ __all__ = [
     "login_page",
     "main_page",
     "missing_page",
+    "resolution_path",
 ]
 
 NOTICES = {
     "approved": "Approved: the call runs now.",
     "denied": "Denied: the caller gets an ApprovalDenied reply.",
     "sent": "Decision sent; the worker has not shown it yet.",
+    "ran": "Resolved: it ran. The caller gets an ok reply with the result given.",
+    "not_run": "Resolved: it did not run. It runs once more now, as a fresh approved run.",
+    "resolution_sent": "Resolution sent; the worker has not shown it yet.",
 }
 
 
@@ -56,6 +60,10 @@ def approval_path(approval_id: str) -> str:
 
 def decision_path(approval_id: str) -> str:
     return approval_path(approval_id) + "/decision"
+
+
+def resolution_path(approval_id: str) -> str:
+    return approval_path(approval_id) + "/resolution"
 
 
 # -- time -------------------------------------------------------------------------------------
@@ -338,8 +346,9 @@ def _unknown(record: ApprovalRecord) -> Event:
         facts=[
             (
                 "To do",
-                "find out whether it ran, then resolve it: stream-adapter approvals resolve "
-                f"{record.approval_id} --ran (with --result) or --not-run (runs it once more)",
+                "find out whether it ran, then resolve it on this page, or with "
+                f"stream-adapter approvals resolve {record.approval_id} --ran (with --result) "
+                "or --not-run (runs it once more)",
                 False,
             )
         ],
@@ -402,6 +411,7 @@ ENV = Environment(
 ENV.globals.update(
     approval_path=approval_path,
     decision_path=decision_path,
+    resolution_path=resolution_path,
     moment=moment,
     outcome=outcome,
 )
@@ -434,8 +444,10 @@ def board_fragment(
     csrf: str,
     sent: Collection[str] = (),
     back: str = "/",
+    unknown: Page | None = None,
 ) -> str:
-    """The live part of the board: one page of pending approvals and the recent decisions.
+    """The live part of the board: approved calls whose outcome is unknown (the first page of
+    those matching the search), one page of pending approvals, and the recent decisions.
 
     `pending` is every pending approval (identical calls are found across all of them).
     """
@@ -443,10 +455,14 @@ def board_fragment(
     items = [
         item_of(r, catalog, twins.get(r.approval_id), r.approval_id in sent) for r in page.items
     ]
+    unknown = unknown or page_of([], page.query)
+    unknown_items = [item_of(r, catalog, sent=r.approval_id in sent) for r in unknown.items]
     count = page.total
     summary = f"{count} pending approval{'' if count == 1 else 's'}"
     if page.query:
         summary += f", {page.matched} matching"
+    if unknown.total:
+        summary += f"; {unknown.total} with an unknown outcome"
 
     def page_url(number: int) -> str:
         params = {"q": page.query} if page.query else {}
@@ -458,6 +474,8 @@ def board_fragment(
         "board.html",
         page=page,
         items=items,
+        unknown=unknown,
+        unknown_items=unknown_items,
         recent=list(recent),
         summary=summary,
         csrf=csrf,

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from yarl import URL
 
 from stream_adapter import logs
+from stream_adapter._json import JSONError, loads
 from stream_adapter.approvals import ApprovalRecord, ApprovalState
 from stream_adapter.errors import (
     AdapterError,
@@ -301,22 +302,30 @@ def _board_query(query: Mapping[str, str]) -> tuple[str, int]:
     return text, number
 
 
+def _sent_one(service: ReviewService, approval_id: str) -> bool:
+    """Whether a decision or resolution sent from here is not shown by the view yet."""
+    decider = service.decider
+    return decider.sent(approval_id) is not None or decider.resolution_sent(approval_id) is not None
+
+
 def _sent(service: ReviewService, records: list[ApprovalRecord]) -> set[str]:
-    return {r.approval_id for r in records if service.decider.sent(r.approval_id) is not None}
+    return {r.approval_id for r in records if _sent_one(service, r.approval_id)}
 
 
 def _fragment(service: ReviewService, csrf: str, query: str = "", number: int = 1) -> str:
     view = service.view
     pending = view.select(ApprovalState.PENDING)
     shown = page_of(pending, query, number)
+    unknown = page_of(view.select(ApprovalState.UNKNOWN), query)
     return pages.board_fragment(
         shown,
         pending,
         view.recent_decisions(),
         service.catalog,
         csrf=csrf,
-        sent=_sent(service, shown.items),
+        sent=_sent(service, shown.items + unknown.items),
         back="/" + _board_params(query, shown.number),
+        unknown=unknown,
     )
 
 
@@ -336,7 +345,7 @@ def _detail(service: ReviewService, record: ApprovalRecord, csrf: str) -> str:
         view.select(ApprovalState.PENDING),
         service.catalog,
         csrf=csrf,
-        sent=service.decider.sent(record.approval_id) is not None,
+        sent=_sent_one(service, record.approval_id),
     )
 
 
@@ -464,6 +473,52 @@ async def decide_form(request: web.Request) -> web.StreamResponse:
         if outcome.record is None
         else ("approved" if outcome.decision.approved else "denied")
     )
+    return _redirect(_with_notice(back, word))
+
+
+MAX_RESULT_BYTES = 16384
+"""The largest result a reviewer types on the page (the API takes up to the body limit)."""
+
+
+@auth("page")
+async def resolve_form(request: web.Request) -> web.StreamResponse:
+    """Resolve an unknown outcome from a page: "it ran" (with an optional JSON result) or
+    "it did not run"; 409 with a message when the outcome is not unknown (any more)."""
+    service = _service(request)
+    session: Session = request[SESSION]
+    form = await request.post()
+    approval_id = request.match_info["approval_id"]
+    back = _back(form, approval_id)
+
+    def again(alert: str, status: int) -> web.Response:
+        if back.startswith("/approvals/"):
+            return _approval_page(request, approval_id, alert=alert, status=status)
+        return _page(request, alert=alert, status=status)
+
+    try:
+        service.sessions.check_csrf(session, str(form.get("csrf", "")))
+    except Forbidden as exc:
+        return again(exc.detail, 403)
+    kind = form.get("resolution")
+    if kind not in ("ran", "not_run"):
+        return again("Choose “It ran” or “It did not run”.", 400)
+    text = str(form.get("result", "")).strip()
+    if text and kind == "not_run":
+        return again("A result goes with “It ran”; clear it to say it did not run.", 400)
+    try:
+        result = loads(text, MAX_RESULT_BYTES) if text else None
+    except JSONError as exc:
+        return again(f"Not resolved: the result must be JSON ({exc}).", 400)
+    reason = str(form.get("reason", "")).strip() or None
+    try:
+        outcome = await service.decider.resolve(
+            approval_id, ran=kind == "ran", reviewer=session.name, result=result, reason=reason
+        )
+    except ApprovalConflict as exc:
+        return again(f"Not resolved: {exc.detail}.", 409)
+    except AdapterError as exc:
+        return again(f"Not resolved: {exc.detail}.", exc.status)
+    word = "resolution_sent" if outcome.record is None else str(kind)
     return _redirect(_with_notice(back, word))
 
 
@@ -618,6 +673,7 @@ def build_app(service: ReviewService) -> web.Application:
     app.router.add_get("/live", live)
     app.router.add_get("/approvals/{approval_id}", approval_view)
     app.router.add_post("/approvals/{approval_id}/decision", decide_form)
+    app.router.add_post("/approvals/{approval_id}/resolution", resolve_form)
     app.router.add_get("/login", login_form)
     app.router.add_post("/login", login)
     app.router.add_post("/logout", logout)

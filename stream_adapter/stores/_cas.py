@@ -1,11 +1,13 @@
 """Approval-store logic over two backend primitives: insert-if-absent and compare-and-set.
 
 States move forward (pending → approved → running → done, or pending → denied; running →
-unknown when a run left no outcome) and each is entered once, except that a person's "it did not
-run" takes an unknown record back to approved, once per approval. So "the record is still in
-state S" identifies the record, and a write guarded by the expected state is enough to make every
-transition, the claim above all, atomic across processes, whatever the backend: two callers never
-both win the same step.
+unknown when a run left no outcome), but not every state is entered once: an idempotent tool's
+rerun stays running with one more run, and a person's "it did not run" takes an unknown record
+back to approved. Every move into a state again counts a run, so "the record is still in state S
+after N runs" identifies the record, and every write is guarded by both, the state and the runs
+count it was computed from. That makes each transition, the claim above all, atomic across
+processes, whatever the backend: two callers never both win the same step, and a caller that
+read the record before it came back to a state cannot win it then.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ class CompareAndSetStore(ABC):
         """The stored record, or None."""
 
     @abstractmethod
-    async def _swap(self, record: ApprovalRecord, expected: ApprovalState) -> bool:
-        """Replace the stored record with record only if it is in state expected."""
+    async def _swap(self, record: ApprovalRecord, expected: ApprovalRecord) -> bool:
+        """Replace the stored record with record only if it is still in expected's state with
+        expected's runs count (the record the new one was computed from)."""
 
     @abstractmethod
     async def _scan(self, state: ApprovalState | None) -> builtins.list[ApprovalRecord]:
@@ -68,10 +71,11 @@ class CompareAndSetStore(ABC):
 
     async def decide(self, approval_id: str, decision: Decision) -> ApprovalRecord:
         """Apply the first decision; ApprovalNotFound, or ApprovalConflict once decided."""
-        decided, changed = apply_decision(await self._require(approval_id), decision)
+        record = await self._require(approval_id)
+        decided, changed = apply_decision(record, decision)
         if not changed:
             raise conflict(decided)
-        if not await self._swap(decided, ApprovalState.PENDING):
+        if not await self._swap(decided, record):
             raise conflict(await self._require(approval_id))  # another decision won the race
         return decided
 
@@ -81,30 +85,33 @@ class CompareAndSetStore(ABC):
         if record.state is not ApprovalState.APPROVED:
             return record, False
         running = begin_run(record)
-        if await self._swap(running, ApprovalState.APPROVED):
+        if await self._swap(running, record):
             return running, True
         return await self._require(approval_id), False
 
     async def finish(self, approval_id: str, reply: Reply) -> ApprovalRecord:
-        """running → done with the terminal reply."""
-        done = finish(await self._require(approval_id), reply)
-        if not await self._swap(done, ApprovalState.RUNNING):
-            raise conflict(await self._require(approval_id))
-        return done
+        """running → done with the terminal reply, whichever run of an idempotent tool ends
+        first; ApprovalConflict once it is not running."""
+        while True:
+            record = await self._require(approval_id)
+            done = finish(record, reply)
+            if await self._swap(done, record):
+                return done
+            # Lost to a rerun's start (still running, one more run) or to another end.
 
     async def reclaim(
         self, approval_id: str, *, rerun_after_s: float = 0.0
     ) -> tuple[ApprovalRecord, bool]:
         """running → running with one more run, for idempotent tools; others get the record.
 
-        Guarded by the state alone, so two hosts meeting the same dead run at once may both
-        win: idempotent tools promise that running twice has the effect of running once.
+        Guarded by the runs count too, so of two hosts meeting the same dead run at once, one
+        runs it again.
         """
         record = await self._require(approval_id)
         if next_step(record, idempotent=True, rerun_after_s=rerun_after_s) is not Step.RERUN:
             return record, False
         again = rerun(record)
-        if await self._swap(again, ApprovalState.RUNNING):
+        if await self._swap(again, record):
             return again, True
         return await self._require(approval_id), False
 
@@ -118,14 +125,15 @@ class CompareAndSetStore(ABC):
         if step is not Step.GIVE_UP:
             return record, False
         unknown = give_up(record)
-        if await self._swap(unknown, ApprovalState.RUNNING):
+        if await self._swap(unknown, record):
             return unknown, True
         return await self._require(approval_id), False
 
     async def resolve(self, approval_id: str, resolution: Resolution) -> ApprovalRecord:
         """unknown → done or approved by a person's resolution; ApprovalConflict otherwise."""
-        resolved = apply_resolution(await self._require(approval_id), resolution)
-        if not await self._swap(resolved, ApprovalState.UNKNOWN):
+        record = await self._require(approval_id)
+        resolved = apply_resolution(record, resolution)
+        if not await self._swap(resolved, record):
             raise conflict(await self._require(approval_id))  # another resolution won the race
         return resolved
 

@@ -1,8 +1,8 @@
 """The DynamoDB approval store (aiobotocore): shared by every function and host in an AWS account.
 
-Every transition is a write with a condition on the stored state (``#s = :expected``), which
-DynamoDB evaluates atomically per item, so exactly one concurrent caller in any process wins a
-claim. Needs the ``dynamodb`` extra.
+Every transition is a write with a condition on the stored state and runs count (``#s =
+:expected AND #r = :runs``), which DynamoDB evaluates atomically per item, so exactly one
+concurrent caller in any process wins a claim. Needs the ``dynamodb`` extra.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ STATE_INDEX = "state-requested_at"
 _UNAVAILABLE = (BotoCoreError, ClientError, OSError)
 _CHECK_FAILED = "ConditionalCheckFailedException"
 _STATE_NAME = {"#s": "state"}  # `state` is a DynamoDB reserved word
+_SWAP_NAMES = {"#s": "state", "#r": "runs"}
 
 DEFAULT_CONFIG = AioConfig(
     connect_timeout=5, read_timeout=15, retries={"mode": "standard", "max_attempts": 3}
@@ -58,6 +59,7 @@ def _item(record: ApprovalRecord) -> dict[str, Any]:
         "approval_id": {"S": record.approval_id},
         "state": {"S": record.state.value},
         "requested_at": {"S": record.requested_at},
+        "runs": {"N": str(record.runs)},
         "record": {"S": record.to_bytes().decode()},
     }
 
@@ -183,16 +185,21 @@ class DynamoDBApprovalStore(CompareAndSetStore):
         item = answer.get("Item")
         return None if item is None else _record(item)
 
-    async def _swap(self, record: ApprovalRecord, expected: ApprovalState) -> bool:
+    async def _swap(self, record: ApprovalRecord, expected: ApprovalRecord) -> bool:
         client = await self._client()
+        # An item written before items carried `runs` has run no approved call yet.
+        runs = "#r = :runs" if expected.runs else "(#r = :runs OR attribute_not_exists(#r))"
         with unavailable_on(*_UNAVAILABLE):
             try:
                 await client.put_item(
                     TableName=self.table,
                     Item=_item(record),
-                    ConditionExpression="#s = :expected",
-                    ExpressionAttributeNames=_STATE_NAME,
-                    ExpressionAttributeValues={":expected": {"S": expected.value}},
+                    ConditionExpression=f"#s = :expected AND {runs}",
+                    ExpressionAttributeNames=_SWAP_NAMES,
+                    ExpressionAttributeValues={
+                        ":expected": {"S": expected.state.value},
+                        ":runs": {"N": str(expected.runs)},
+                    },
                 )
             except ClientError as exc:
                 if _code(exc) == _CHECK_FAILED:

@@ -1,8 +1,8 @@
 """The Redis approval store: shared by every process and host that reaches one Redis.
 
 For function hosts whose containers die between invocations. Each transition is one Lua
-script (atomic in Redis), guarded by the record's expected state, so exactly one caller in
-any process wins a claim. Needs the ``redis`` extra (redis-py's asyncio client).
+script (atomic in Redis), guarded by the record's expected state and runs count, so exactly one
+caller in any process wins a claim. Needs the ``redis`` extra (redis-py's asyncio client).
 """
 
 from __future__ import annotations
@@ -33,13 +33,17 @@ end
 return redis.call('HGET', KEYS[1], 'record')
 """
 
-# KEYS: record hash. ARGV: expected state, new state, new record bytes.
+# KEYS: record hash. ARGV: expected state, new state, new record bytes, expected runs.
 _SWAP = """
-if redis.call('HGET', KEYS[1], 'state') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'state', ARGV[2], 'record', ARGV[3])
-  return 1
+if redis.call('HGET', KEYS[1], 'state') ~= ARGV[1] then
+  return 0
 end
-return 0
+local stored = cjson.decode(redis.call('HGET', KEYS[1], 'record'))
+if tonumber(stored['runs'] or 0) ~= tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'record', ARGV[3])
+return 1
 """
 
 
@@ -105,12 +109,12 @@ class RedisApprovalStore(CompareAndSetStore):
             data = await conn.client.hget(self._key(approval_id), "record")
         return None if data is None else ApprovalRecord.from_bytes(data)
 
-    async def _swap(self, record: ApprovalRecord, expected: ApprovalState) -> bool:
+    async def _swap(self, record: ApprovalRecord, expected: ApprovalRecord) -> bool:
         conn = self._conns.get()
         with unavailable_on(RedisError, OSError):
             swapped = await conn.swap(
                 keys=[self._key(record.approval_id)],
-                args=[expected.value, record.state.value, record.to_bytes()],
+                args=[expected.state.value, record.state.value, record.to_bytes(), expected.runs],
             )
         return int(swapped) == 1
 

@@ -1,8 +1,8 @@
 """The SQL approval store (SQLAlchemy 2 async): PostgreSQL via asyncpg, SQLite via aiosqlite.
 
 For hosts whose containers die between invocations. Every transition is an UPDATE guarded by
-``WHERE state = <expected>``; the database lets exactly one concurrent UPDATE match, so one
-caller in any process wins a claim. Needs the ``sql`` extra.
+the expected state and the record's runs count; the database lets exactly one concurrent UPDATE
+match, so one caller in any process wins a claim. Needs the ``sql`` extra.
 """
 
 from __future__ import annotations
@@ -13,15 +13,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     Column,
     Index,
     MetaData,
     String,
     Table,
     Text,
+    cast,
     event,
+    func,
     insert,
     select,
+    type_coerce,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -148,12 +152,26 @@ class SQLApprovalStore(CompareAndSetStore):
             async with engine.connect() as db:
                 return await self._select(db, approval_id)
 
-    async def _swap(self, record: ApprovalRecord, expected: ApprovalState) -> bool:
+    def _runs(self) -> Any:
+        """The stored record's runs count, read from its JSON (0 when absent)."""
+        column = self._table.c.record
+        document: Any
+        if self._backend == "postgresql":
+            document = cast(column, postgresql.JSONB)
+        else:  # SQLite and others read JSON from text as is
+            document = type_coerce(column, JSON)
+        return func.coalesce(document["runs"].as_integer(), 0)
+
+    async def _swap(self, record: ApprovalRecord, expected: ApprovalRecord) -> bool:
         engine = await self._engine()
         table = self._table
         statement = (
             update(table)
-            .where(table.c.approval_id == record.approval_id, table.c.state == expected.value)
+            .where(
+                table.c.approval_id == record.approval_id,
+                table.c.state == expected.state.value,
+                self._runs() == expected.runs,
+            )
             .values(state=record.state.value, record=record.to_bytes().decode())
         )
         with unavailable_on(*_UNAVAILABLE):

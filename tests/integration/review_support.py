@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -13,7 +14,8 @@ import aiohttp
 
 from stream_adapter.broker.local import free_port
 from stream_adapter.settings import Settings
-from tests.harness import ROOT, Client, CliProcess, wait_for
+from stream_adapter.stream import faults
+from tests.harness import ROOT, Client, CliProcess, WorkerProcess, unique, wait_for
 
 
 def cli(
@@ -128,3 +130,27 @@ async def send_invoice(
 
 def ledger_lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
+
+
+async def approve_and_crash(
+    worker_factory: Callable[..., WorkerProcess], client: Client, name: str, account: str
+) -> tuple[str, str, str]:
+    """An approved wire_funds call (not idempotent) whose worker dies right after the call's
+    running mark is durable, before the tool starts: (approval_id, run_id, call_id).
+
+    The next worker meets the run with no outcome and marks it unknown, for a person."""
+    worker = worker_factory(name=name, STREAM_ADAPTER_CRASH_AT=faults.RUNNING)
+    await worker.ready()
+    run_id, call_id = unique("run"), unique("call")
+    await client.call(
+        "wire_funds", {"account": account, "amount_cents": 5}, run_id=run_id, call_id=call_id
+    )
+    pending = await client.reply_for(status="pending_approval", run_id=run_id)
+    await client.decide(pending["approval_id"], True)
+
+    def dead() -> bool:
+        assert worker.proc is not None
+        return worker.proc.poll() is not None
+
+    await wait_for(dead, timeout_s=60, what=f"{worker.name} to die")
+    return str(pending["approval_id"]), run_id, call_id

@@ -1,7 +1,8 @@
 """CI-sized chaos and fuzz runs (the full ones: `stream-adapter chaos|fuzz`, docs/chaos.md).
 
 Chaos: 300 calls, one worker SIGKILL, one broker kill and restart, scaling 1 -> 2 -> 1, in both
-processing modes, and no duplicate reply for a read_committed reader in exactly-once mode;
+processing modes, and no duplicate reply for a read_committed reader in exactly-once mode; the
+approved calls of the idempotent tool all end normally, and no approved call runs twice;
 fuzz: a few hundred malformed calls and decisions among valid ones. They run their own broker,
 since the chaos run kills it.
 """
@@ -63,6 +64,13 @@ async def test_chaos_loses_nothing(
     assert figures.approved_runs_twice == 0, summary
     assert figures.final_lag == 0, summary
     assert figures.unexpected_outcomes == 0, summary
+    # Idempotent approved calls all end normally, one ledger effect each; none runs twice.
+    invoices, wires = figures.approved["send_invoice"], figures.approved["wire_funds"]
+    assert invoices.idempotent and not wires.idempotent
+    assert invoices.approved > 0 and wires.approved > 0, summary
+    assert invoices.ended_unknown == 0 and invoices.effects_one == invoices.approved, summary
+    assert wires.effects_more == 0, summary
+    assert figures.passed, summary
     assert figures.worker_kills == 1
     kinds = [f.kind for f in figures.faults]
     assert kinds.count("broker restart") == 1 and "scale-up 1->2" in kinds, kinds

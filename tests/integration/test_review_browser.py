@@ -12,7 +12,7 @@ import asyncio
 import os
 import re
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -21,10 +21,12 @@ import orjson
 import pytest
 
 from stream_adapter.settings import Settings
-from tests.harness import Client, WorkerProcess, read_all, unique
+from stream_adapter.signing import DecisionKeys
+from tests.harness import Client, WorkerProcess, read_all, unique, wait_for
 from tests.integration.review_support import (
     ReviewProcess,
     add_reviewer,
+    approve_and_crash,
     ledger_lines,
     park_invoice,
     send_invoice,
@@ -397,3 +399,157 @@ async def test_no_sideways_scrolling_at_390_px(
         )
         assert width[0] <= width[1] == 390, (path, width)
         await shots(tab, name)
+
+
+class AgentReader:
+    """An agent's own reader of tool-replies (librdkafka, read_committed), independent of the
+    test client: the final replies of resolved calls must reach it too."""
+
+    def __init__(self, settings: Settings) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap_servers,
+                "group.id": unique("agent"),
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        self.consumer.subscribe([settings.replies_topic])
+        self.replies: list[dict[str, Any]] = []
+
+    async def ok_for(self, call_id: str, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Every ok reply of call_id, once there is one (polled off the event loop)."""
+
+        async def found() -> list[dict[str, Any]]:
+            message = await asyncio.to_thread(self.consumer.poll, 0.5)
+            while message is not None:
+                assert message.error() is None, message.error()
+                self.replies.append(orjson.loads(message.value()))
+                message = await asyncio.to_thread(self.consumer.poll, 0)
+            return [r for r in self.replies if r.get("call_id") == call_id and r["status"] == "ok"]
+
+        ok: list[dict[str, Any]] = await wait_for(
+            found, timeout_s=timeout_s, what=f"an ok reply for {call_id} on tool-replies"
+        )
+        return ok
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+async def no_sideways_scrolling(tab: Any) -> None:
+    width = await tab.evaluate(
+        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert width[0] <= width[1], width
+
+
+async def test_unknown_outcomes_are_resolved_both_ways_and_the_agent_gets_each_final_reply(
+    settings: Settings,
+    worker_factory: Callable[..., WorkerProcess],
+    client: Client,
+    browser: Any,
+    shots: Any,
+    tmp_path: Path,
+) -> None:
+    """A non-idempotent tool's approved runs end with their worker: two unknown outcomes. A
+    reviewer says one ran (with its result) and the other did not (it runs once more)."""
+    expect = playwright_api.expect
+    ran_id, ran_run, ran_call = await approve_and_crash(worker_factory, client, "first", "acct-a")
+    again_id, again_run, again_call = await approve_and_crash(
+        worker_factory, client, "second", "acct-b"
+    )
+    worker = worker_factory(name="third")
+    await worker.ready()
+    for run_id in (ran_run, again_run):
+        unknown = await client.reply_for(run_id=run_id, status="already_done", timeout_s=60)
+        assert unknown["outcome"] == "unknown"
+    assert ledger_for(worker, ran_call) == ledger_for(worker, again_call) == []
+
+    review_settings = settings.with_changes(reviewers_file=tmp_path / "reviewers.json")
+    token = add_reviewer(review_settings, "ann")
+    process = ReviewProcess(review_settings, tmp_path / "review").start()
+    agent = AgentReader(settings)
+    try:
+        await process.ready()
+        tab = await sign_in(browser, (process, token))
+        section = tab.locator('section[aria-labelledby="unknown-h"]')
+        await expect(section.get_by_role("heading", level=2)).to_have_text("Outcome unknown (2)")
+        ran_card, again_card = card(tab, ran_id), card(tab, again_id)
+        await expect(section.locator("article")).to_have_count(2)
+        facts = ran_card.locator("dl.facts")
+        await expect(facts).to_contain_text(ran_run)
+        await expect(facts).to_contain_text(ran_call)
+        await expect(facts).to_contain_text(f"kafka:{settings.app_id}@")  # which worker
+        started = facts.locator("time").first
+        assert TIME_FORMAT.match(await started.inner_text())
+        account = ran_card.locator('[data-argument="account"] td[data-label="Value"]')
+        await expect(account).to_contain_text('"acct-a"')
+        # No pending approval is mixed in, and pending approvals stay a list of their own.
+        await expect(tab.locator("#pending-h")).to_have_text("Pending approvals (0)")
+        await shots(tab, "01-unknown-desktop")
+        await tab.set_viewport_size({"width": 390, "height": 844})
+        await no_sideways_scrolling(tab)
+        await shots(tab, "02-unknown-390px")
+        await tab.set_viewport_size({"width": 1100, "height": 900})
+
+        # "It ran", with the result the reviewer found: the agent gets an ok reply with it.
+        await ran_card.get_by_label("Result, if it ran (optional, JSON)").fill(
+            '{"wired": "acct-a", "reference": "TX-1"}'
+        )
+        await ran_card.get_by_label("Reason (optional)").fill("the bank statement shows it")
+        async with tab.expect_navigation():
+            await ran_card.get_by_role("button", name="It ran").click()
+        await expect(tab.locator("#message")).to_contain_text("Resolved: it ran")
+        ok = await client.reply_for(run_id=ran_run, status="ok", timeout_s=60)
+        assert ok["result"] == {"wired": "acct-a", "reference": "TX-1"}
+        assert ok["resolved_by"] == "ann" and ok["approval_id"] == ran_id
+        await expect(card(tab, ran_id)).to_have_count(0)  # live: no longer unknown
+        await expect(section.get_by_role("heading", level=2)).to_have_text("Outcome unknown (1)")
+
+        # "It did not run", from the approval's own page: it runs once more, fresh.
+        async with tab.expect_navigation():
+            await again_card.get_by_role("link", name=again_id).click()
+        await expect(tab.locator(".badge")).to_have_text("unknown")
+        await expect(tab.locator('li[data-event="unknown"]')).to_be_visible()
+        await shots(tab, "03-unknown-page")
+        async with tab.expect_navigation():
+            await tab.get_by_role("button", name="It did not run").click()
+        await expect(tab.locator("#message")).to_contain_text("Resolved: it did not run")
+        fresh = await client.reply_for(run_id=again_run, status="ok", timeout_s=60)
+        assert fresh["result"] == {"wired": "acct-b", "amount_cents": 5}
+        history = tab.locator("ol.history")
+        await expect(history.locator('li[data-event="resolved"]')).to_contain_text(
+            "Resolved by ann: it did not run"
+        )
+        await expect(history.locator('li[data-event="outcome"]')).to_contain_text("Finished: ok")
+        await expect(tab.locator(".badge")).to_have_text("done")
+        await expect(tab.get_by_role("button", name="It ran")).to_have_count(0)
+        await shots(tab, "04-resolved-page")
+
+        # The agent's own reader sees one final reply each; the tool ran once, the fresh run.
+        [reported] = await agent.ok_for(ran_call)
+        [ran_again] = await agent.ok_for(again_call)
+        assert reported["result"] == ok["result"] and ran_again["result"] == fresh["result"]
+        assert ledger_for(worker, ran_call) == []
+        assert len(ledger_for(worker, again_call)) == 1
+        await tab.goto(process.url)
+        await expect(tab.locator("#unknown-h")).to_have_text("Outcome unknown (0)")
+        await expect(tab.get_by_text("No approved call has an unknown outcome.")).to_be_visible()
+        # Each resolution went through approval-decisions, signed like a decision.
+        keys = DecisionKeys.from_settings(settings)
+        messages = await read_all(settings.bootstrap_servers, settings.decisions_topic)
+        for approval_id, kind in ((ran_id, "ran"), (again_id, "not_run")):
+            sent = [
+                m for m in messages if m.key == approval_id.encode() and b'"resolution"' in m.value
+            ]
+            assert len(sent) == 1
+            body = orjson.loads(sent[0].value)
+            assert (body["resolution"], body["reviewer"]) == (kind, "ann")
+            keys.verify(sent[0].value, dict(sent[0].headers))  # raises when unsigned
+    finally:
+        agent.close()
+        process.kill()

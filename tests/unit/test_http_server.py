@@ -25,7 +25,6 @@ import pytest
 
 from examples.backend import store_from_url
 from stream_adapter import (
-    ApprovalState,
     MemoryApprovalStore,
     ToolUsageError,
     build_backend,
@@ -308,7 +307,7 @@ async def test_an_unknown_outcome_is_resolved_by_a_reviewer(
         running, won = await store.claim(approval_id)
         assert won
         stale = running.model_copy(update={"started_at": "2000-01-01T00:00:00.000Z"})
-        assert await store._swap(stale, ApprovalState.RUNNING)  # type: ignore[attr-defined]
+        assert await store._swap(stale, running)  # type: ignore[attr-defined]
     finally:
         await store.aclose()  # type: ignore[attr-defined]
     unknown = (await http.post(resume, headers=bearer(server.agent))).json()

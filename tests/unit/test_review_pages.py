@@ -423,3 +423,130 @@ def test_catalog_error_is_shown_instead_of_a_description() -> None:
         csrf="c",
     )
     assert "topology x could not load" in html
+
+
+def unknown_record(n: int, **changes: Any) -> ApprovalRecord:
+    """An approved wire_funds call whose run ended with its worker."""
+    data: dict[str, Any] = {
+        "approval_id": f"appr_unknown_{n}",
+        "tool": "wire_funds",
+        "arguments": {"account": f"<b>acct-{n}</b>", "amount_cents": 500},
+        "state": ApprovalState.UNKNOWN,
+        "reviewer": "bob",
+        "decided_at": "2024-01-01T00:05:00.000Z",
+        "runs": 1,
+        "started_at": "2024-01-01T00:05:01.000Z",
+        "started_by": f"kafka:app@host-{n}:42",
+        "unknown_at": "2024-01-01T00:20:00.000Z",
+    }
+    return record(n, **{**data, **changes})
+
+
+async def test_the_board_lists_unknown_outcomes_apart_with_both_resolutions(
+    signed_in: tuple[Http, str], service: ReviewService
+) -> None:
+    client, _ = signed_in
+    service.view.records["appr_unknown_1"] = unknown_record(1)
+    service.view.records["appr_unknown_2"] = unknown_record(2, runs=2, resolution="not_run")
+    html = await (await client.get("/")).text()
+    assert "Outcome unknown (2)" in html and 'data-unknown="2"' in html
+    unknown = html.split('id="unknown-h"')[1].split('id="pending-h"')[0]
+    assert _ids(unknown) == ["appr_unknown_1", "appr_unknown_2"]
+    first = unknown.split('data-approval-id="appr_unknown_1"')[1].split("</article>")[0]
+    assert "&lt;b&gt;acct-1&lt;/b&gt;" in first and "<b>acct-1" not in first  # escaped
+    assert "Wire money to an account" in first  # the tool's description, from the catalog
+    assert "kafka:app@host-1:42" in first and "2024-01-01 00:05:01 UTC" in first
+    assert 'action="/approvals/appr_unknown_1/resolution"' in first
+    assert 'value="ran"' in first and 'value="not_run"' in first
+    second = unknown.split('data-approval-id="appr_unknown_2"')[1].split("</article>")[0]
+    assert 'value="ran"' in second and 'value="not_run"' not in second  # once only
+    assert "already run again once" in second
+    # Pending approvals stay a list of their own; the search applies to both.
+    assert "appr_unknown_1" not in html.split('id="pending-h"')[1].split('id="recent-h"')[0]
+    found = await (await client.get("/?q=host-2")).text()
+    assert _ids(found.split('id="pending-h"')[0]) == ["appr_unknown_2"]
+    assert "1 of 2 match" in found
+    assert "with an unknown outcome" in found  # in the live region's summary
+    empty = await (await client.get("/?q=nothing-like-this")).text()
+    assert "No unknown outcome matches." in empty
+
+
+async def test_an_unknown_outcome_s_page_offers_the_resolution_and_shows_its_history(
+    signed_in: tuple[Http, str], service: ReviewService
+) -> None:
+    client, _ = signed_in
+    service.view.records["appr_unknown_1"] = unknown_record(1)
+    html = await (await client.get("/approvals/appr_unknown_1")).text()
+    assert 'class="badge unknown"' in html and 'data-state="unknown"' in html
+    assert 'action="/approvals/appr_unknown_1/resolution"' in html
+    assert 'name="back" value="/approvals/appr_unknown_1"' in html
+    assert 'data-event="unknown"' in html and "resolve it on this page" in html
+    service.view.records["appr_unknown_1"] = unknown_record(
+        1,
+        state=ApprovalState.DONE,
+        resolution="ran",
+        resolved_by="ann",
+        resolved_at="2024-01-01T00:30:00.000Z",
+        reply={"status": "ok", "result": {"wired": 5}, "resolved_by": "ann"},
+    )
+    html = await (await client.get("/approvals/appr_unknown_1")).text()
+    assert "/resolution" not in html  # settled: nothing left to resolve
+    assert 'data-event="resolved"' in html and "Resolved by ann: it ran" in html
+    assert "Finished: ok (as the reviewer reported)" in html
+
+
+@pytest.mark.parametrize(
+    ("form", "status", "message"),
+    [
+        ({"resolution": "ran", "csrf": "forged"}, 403, ""),
+        ({"resolution": "maybe"}, 400, "Choose"),
+        ({"resolution": "not_run", "result": "1"}, 400, "A result goes with"),
+        ({"resolution": "ran", "result": "{not json"}, 400, "must be JSON"),
+        ({"resolution": "ran", "result": "NaN"}, 400, "must be JSON"),
+        ({"resolution": "ran", "result": "1" * 20000}, 400, "must be JSON"),
+        ({"resolution": "ran", "reason": "x" * 5000}, 400, "at most 4096"),
+    ],
+)
+async def test_a_resolution_form_is_checked_before_anything_is_sent(
+    signed_in: tuple[Http, str],
+    service: ReviewService,
+    form: dict[str, str],
+    status: int,
+    message: str,
+) -> None:
+    client, csrf = signed_in
+    service.view.records["appr_unknown_1"] = unknown_record(1)
+    data = {"csrf": csrf, "back": "/approvals/appr_unknown_1", **form}
+    response = await client.post("/approvals/appr_unknown_1/resolution", data=data)
+    assert response.status == status
+    html = await response.text()
+    assert message in html and 'role="alert"' in html
+    assert service.decider.resolution_sent("appr_unknown_1") is None  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("approval_id", "resolution", "message"),
+    [
+        ("appr_0001", "ran", "not an unknown outcome"),  # pending
+        ("appr_done", "ran", "not an unknown outcome"),  # denied
+        ("appr_unknown_2", "not_run", "already run again once"),
+        ("appr_nope", "ran", "no such approval"),
+    ],
+)
+async def test_a_resolution_of_anything_but_an_unknown_outcome_is_refused(
+    signed_in: tuple[Http, str],
+    service: ReviewService,
+    approval_id: str,
+    resolution: str,
+    message: str,
+) -> None:
+    client, csrf = signed_in
+    service.view.records["appr_unknown_2"] = unknown_record(2, runs=2, resolution="not_run")
+    response = await client.post(
+        f"/approvals/{approval_id}/resolution",
+        data={"csrf": csrf, "resolution": resolution, "back": "/"},
+    )
+    assert response.status == (404 if approval_id == "appr_nope" else 409)
+    html = await response.text()
+    assert "Not resolved" in html and message in html
+    assert 'id="unknown-h"' in html  # back on the board, with the message

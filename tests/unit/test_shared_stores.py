@@ -13,23 +13,35 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from examples.backend import store_from_url
-from stream_adapter import BrokerError, RunSync, handle_envelope, record_decision, tool_handler
-from stream_adapter.approvals import ApprovalStore
+from stream_adapter import (
+    ApprovalState,
+    BrokerError,
+    RunSync,
+    handle_envelope,
+    record_decision,
+    resolve_outcome,
+    tool_handler,
+)
+from stream_adapter.approvals import ApprovalRecord, ApprovalStore, new_record
+from stream_adapter.envelope import parse_envelope
 from tests.unit.aws_events import LambdaContext, sqs_event
 from tests.unit.test_stores import (  # the protocol suite, run again with this module's store
     test_100_concurrent_resumes_run_once,
+    test_after_not_run_neither_a_stale_nor_a_racing_host_starts_it_twice,
     test_claim_and_finish,
     test_decide,
     test_list,
     test_park_is_insert_if_absent,
     test_protocol_is_met,
+    test_racing_reruns_of_an_idempotent_call_start_one_run,
     test_reclaim_reruns_a_running_record_up_to_max_runs,
     test_resolve_not_run_approves_one_fresh_run,
     test_resolve_ran_settles_an_unknown_outcome,
@@ -38,11 +50,13 @@ from topologies.demo import build_executor
 
 __all__ = [
     "test_100_concurrent_resumes_run_once",
+    "test_after_not_run_neither_a_stale_nor_a_racing_host_starts_it_twice",
     "test_claim_and_finish",
     "test_decide",
     "test_list",
     "test_park_is_insert_if_absent",
     "test_protocol_is_met",
+    "test_racing_reruns_of_an_idempotent_call_start_one_run",
     "test_reclaim_reruns_a_running_record_up_to_max_runs",
     "test_resolve_not_run_approves_one_fresh_run",
     "test_resolve_ran_settles_an_unknown_outcome",
@@ -233,3 +247,90 @@ def test_a_fresh_loop_per_invocation_closes_its_clients(url: str) -> None:
     assert handler(INVOICE, context) == first  # the next loop opens a new client
     assert first["status"] == "pending_approval"
     assert len(store._conns) == 0  # type: ignore[attr-defined]
+
+
+def _left_running(url: str, call: dict[str, Any], age_s: float = 3600.0) -> str:
+    """The record a host leaves when it dies while running an approved call, age_s ago."""
+    envelope = parse_envelope({**call, "run_id": "run-dead", "call_id": "call-dead"})
+    started = datetime.now(UTC) - timedelta(seconds=age_s)
+    record = new_record(envelope, call["tool"], origin=build_executor().origin).model_copy(
+        update={
+            "state": ApprovalState.RUNNING,
+            "reviewer": "ann",
+            "decided_at": started.isoformat(),
+            "runs": 1,
+            "started_at": started.isoformat(),
+            "started_by": "dead-host:1",
+        }
+    )
+
+    async def park() -> None:
+        store = store_from_url(url)
+        try:
+            await store.park(record)
+        finally:
+            await store.aclose()  # type: ignore[attr-defined]
+
+    asyncio.run(park())
+    return record.approval_id
+
+
+@pytest.mark.parametrize("call", [WIRE, INVOICE], ids=["wire_funds", "send_invoice"])
+def test_a_run_that_died_with_its_host_follows_the_tool_s_rule(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: dict[str, Any]
+) -> None:
+    """Through tool_handler (and so handle_envelope) on a shared store: an idempotent tool's
+    dead run runs again with the same call_id; another's becomes unknown, and runs once more
+    only when a person says it did not run."""
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("STREAM_ADAPTER_DEMO_LEDGER", str(ledger))
+    approval_id = _left_running(url, call)
+    store = store_from_url(url)
+    executor = build_executor(store)
+    handler = tool_handler(executor, runner=RunSync())
+    resume = {"approval_id": approval_id}
+
+    def lines() -> list[str]:
+        text = ledger.read_text() if ledger.exists() else ""
+        return [json.loads(line)["call_id"] for line in text.splitlines()]
+
+    def sync(work: Callable[[], Awaitable[Any]]) -> Any:
+        """Run work on a loop of its own, as an invocation does, closing its client after."""
+
+        async def then_close() -> Any:
+            try:
+                return await work()
+            finally:
+                await store.aclose()  # type: ignore[attr-defined]
+
+        return RunSync().run(then_close)
+
+    def stored() -> ApprovalRecord:
+        found: ApprovalRecord | None = sync(lambda: store.get(approval_id))
+        assert found is not None
+        return found
+
+    first = handler(resume, LambdaContext(aws_request_id="req-1"))
+    if call is INVOICE:
+        assert first["status"] == "ok" and first["call_id"] == "call-dead"
+        assert first["result"] == {"invoiced": "acme", "amount_cents": 1250}
+        assert lines() == ["call-dead"]
+        record = stored()
+        assert record.state is ApprovalState.DONE and record.runs == 2
+    else:
+        assert first["status"] == "already_done" and first["outcome"] == "unknown"
+        assert lines() == []
+        record = stored()
+        assert record.state is ApprovalState.UNKNOWN and record.unknown_at
+        unknown = sync(lambda: store.list(ApprovalState.UNKNOWN))
+        assert [r.approval_id for r in unknown] == [approval_id]
+        status, _ = sync(lambda: resolve_outcome(executor, approval_id, reviewer="bob", ran=False))
+        assert status == 200
+        fresh = handler(resume, LambdaContext(aws_request_id="req-2"))
+        assert fresh["status"] == "ok" and lines() == ["call-dead"]
+        record = stored()
+        assert record.state is ApprovalState.DONE and record.runs == 2
+    again = handler(resume, LambdaContext(aws_request_id="req-3"))
+    assert again["status"] == "already_done" and again["outcome"]["status"] == "ok"
+    assert lines() == ["call-dead"]
+    assert len(store._conns) == 0  # type: ignore[attr-defined]  # closed with each loop

@@ -26,12 +26,14 @@ from stream_adapter import (
 )
 from stream_adapter.approvals import (
     MAX_RUNS,
+    ApprovalRecord,
     ApprovalStore,
     Decision,
     Resolution,
     new_record,
 )
 from stream_adapter.envelope import parse_envelope
+from stream_adapter.stores._cas import CompareAndSetStore
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -162,6 +164,70 @@ async def test_resolve_not_run_approves_one_fresh_run(store: ApprovalStore) -> N
         await store.resolve(rec.approval_id, not_run)
     ran = Resolution(approval_id=rec.approval_id, resolution="ran", reviewer="bob")
     assert (await store.resolve(rec.approval_id, ran)).state is ApprovalState.DONE
+
+
+def read_once(store: ApprovalStore, old: ApprovalRecord) -> bool:
+    """Make a compare-and-set store's next read return old: a host that read the record,
+    stalled, and writes only now. False for the memory and SQLite stores: they read and write
+    under one lock or transaction, so no host can hold an old copy there."""
+    if not isinstance(store, CompareAndSetStore):
+        return False
+
+    async def load(approval_id: str) -> ApprovalRecord | None:
+        del store._load  # the next read is a real one again
+        return old
+
+    store._load = load  # type: ignore[method-assign]
+    return True
+
+
+async def test_after_not_run_neither_a_stale_nor_a_racing_host_starts_it_twice(
+    store: ApprovalStore,
+) -> None:
+    rec = await store.park(a_record())
+    first = await store.decide(
+        rec.approval_id, Decision(approval_id=rec.approval_id, approved=True, reviewer="ann")
+    )
+    await store.claim(rec.approval_id)
+    await store.give_up(rec.approval_id, idempotent=False, rerun_after_s=0)
+    not_run = Resolution(approval_id=rec.approval_id, resolution="not_run", reviewer="bob")
+    again = await store.resolve(rec.approval_id, not_run)
+    assert again.state is ApprovalState.APPROVED and again.runs == 1
+    # A host that read the record when it was first approved, and claims only now, loses.
+    if read_once(store, first):
+        stale, won = await store.claim(rec.approval_id)
+        assert not won and stale == again
+    # Hosts racing for the fresh run: one starts it, once.
+    claims = await asyncio.gather(*(store.claim(rec.approval_id) for _ in range(20)))
+    winners = [record for record, won in claims if won]
+    assert len(winners) == 1, claims
+    stored = await store.get(rec.approval_id)
+    assert stored == winners[0]
+    assert stored.runs == 2 and stored.resolution == "not_run" and stored.resolved_by == "bob"
+
+
+async def test_racing_reruns_of_an_idempotent_call_start_one_run(store: ApprovalStore) -> None:
+    rec = await store.park(a_record())
+    await store.decide(
+        rec.approval_id, Decision(approval_id=rec.approval_id, approved=True, reviewer="ann")
+    )
+    running, _ = await store.claim(rec.approval_id)
+    # Hosts meeting the dead run at once: each rerun is won by one of them (a host that reads
+    # the record after a rerun started may run it once more, up to MAX_RUNS, as the rule says).
+    reclaims = await asyncio.gather(*(store.reclaim(rec.approval_id) for _ in range(20)))
+    runs = sorted(r.runs for r, won in reclaims if won)
+    assert runs == list(range(2, MAX_RUNS + 1))[: len(runs)] and runs, reclaims
+    last = await store.get(rec.approval_id)
+    assert last is not None and last.runs == runs[-1]
+    # A host that read the first run's record, and runs it again only now, loses.
+    if read_once(store, running):
+        stale, won = await store.reclaim(rec.approval_id)
+        assert not won and stale == last
+    # The first run ending late still settles it; a rerun then finds it done.
+    done = await store.finish(rec.approval_id, {"status": "ok"})
+    assert done.state is ApprovalState.DONE and done.runs == last.runs
+    with pytest.raises(ApprovalConflict):
+        await store.finish(rec.approval_id, {"status": "ok"})
 
 
 async def test_list(store: ApprovalStore) -> None:

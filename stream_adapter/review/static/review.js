@@ -37,7 +37,9 @@
 
   function swap(html) {
     const kept = {}, focused = document.activeElement && document.activeElement.id;
-    for (const i of live.querySelectorAll("input[name=reason]")) kept[i.id] = i.value;
+    for (const i of live.querySelectorAll("input[name=reason], textarea[name=result]")) {
+      kept[i.id] = i.value;
+    }
     live.innerHTML = html;
     for (const [id, v] of Object.entries(kept)) {
       const i = document.getElementById(id); if (i) i.value = v;
