@@ -139,3 +139,15 @@ def test_topics_report_calls_or_decisions_kept_longer_than_settled_records() -> 
     replies = specs["replies"]
     forever = TopicState(replies, True, replies.partitions, {"retention.ms": "-1"})
     assert forever.drift == []
+
+
+def test_the_review_page_shows_an_expired_approval_as_expired() -> None:
+    from stream_adapter.review.pages import history, outcome
+    from stream_adapter.review.view import DECIDED_STATES
+
+    expired = expire(_record(), now=_at(60))
+    assert ApprovalState.EXPIRED in DECIDED_STATES  # listed among recent decisions
+    assert outcome(expired) == "expired, nobody decided in time"
+    steps = history(expired, [])
+    assert [step.kind for step in steps] == ["parked", "expired"]
+    assert "ApprovalExpired" in steps[-1].title and steps[-1].at == _at(60)
