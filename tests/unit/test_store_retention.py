@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -278,3 +279,34 @@ async def test_pending_approvals_never_expire_by_default(
     record = await store.get(parked["approval_id"])
     assert record is not None and record.state is ApprovalState.PENDING
     assert not await gone(parked["approval_id"])
+
+
+@pytest.mark.parametrize("kind", ["dynamodb"])
+async def test_a_settled_dynamodb_item_carries_its_ttl(
+    kind: str,
+    request_services: pytest.FixtureRequest,
+    tmp_path: Path,
+    closing: list[ApprovalStore],
+) -> None:
+    from aiobotocore.session import get_session
+
+    store, _ = await make_store(kind, request_services, tmp_path, settled_retention_s=3600.0)
+    closing.append(store)
+    executor = build_executor(store)
+    parked = await handle_envelope(executor, _invoice("c-ttl"), message_id="m", source="sqs")
+    approval_id = parked["approval_id"]
+    assert (await record_decision(executor, approval_id, reviewer="ann", approved=False))[0] == 200
+    record = await store.get(approval_id)
+    assert record is not None and record.settled_at is not None
+    settled = datetime.fromisoformat(record.settled_at.replace("Z", "+00:00")).timestamp()
+    async with get_session().create_client(
+        "dynamodb",
+        region_name="eu-west-1",
+        endpoint_url=store.endpoint_url,  # type: ignore[attr-defined]
+    ) as client:
+        table = store.table  # type: ignore[attr-defined]
+        ttl = await client.describe_time_to_live(TableName=table)
+        item = await client.get_item(TableName=table, Key={"approval_id": {"S": approval_id}})
+    spec = ttl["TimeToLiveDescription"]
+    assert (spec["TimeToLiveStatus"], spec["AttributeName"]) == ("ENABLED", "expires_at")
+    assert abs(int(item["Item"]["expires_at"]["N"]) - (settled + 3600)) <= 2
