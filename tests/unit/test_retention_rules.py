@@ -151,3 +151,26 @@ def test_the_review_page_shows_an_expired_approval_as_expired() -> None:
     steps = history(expired, [])
     assert [step.kind for step in steps] == ["parked", "expired"]
     assert "ApprovalExpired" in steps[-1].title and steps[-1].at == _at(60)
+
+
+async def test_the_sweeper_asks_once_per_due_record_until_it_may_ask_again() -> None:
+    from typing import Any, cast
+
+    from stream_adapter.stream.outputs import Outputs
+    from stream_adapter.stream.sweeper import Sweeper
+
+    asked: list[tuple[str, dict[str, Any]]] = []
+
+    class Requests:
+        async def request(self, approval_id: str, body: dict[str, Any]) -> None:
+            asked.append((approval_id, body))
+
+    old = _record(ApprovalState.DENIED, approval_id="old-denied", settled_at=_at(0))
+    young = expire(_record(approval_id="young"), now=datetime.now(UTC).isoformat())
+    values = [old.to_bytes(), young.to_bytes()]
+    settings = Settings(settled_retention_s=DAY, approvals_sweep_interval_s=60)
+    sweeper = Sweeper(settings, lambda: values, cast(Outputs, Requests()))
+    assert await sweeper.sweep() == 1
+    assert asked == [("old-denied", {"kind": "sweep", "approval_id": "old-denied"})]
+    assert await sweeper.sweep() == 0  # its request is on its way: not asked twice
+    assert len(asked) == 1
