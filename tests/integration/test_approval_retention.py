@@ -62,9 +62,9 @@ def _changelog(settings: Settings, approval_id: str) -> list[bytes | None]:
         deadline = time.monotonic() + 30
         while left and time.monotonic() < deadline:
             message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                if message.key() == approval_id.encode():
-                    values.append(message.value())
+            ours = message is not None and message.error() is None
+            if ours and message.key() == approval_id.encode():
+                values.append(message.value())
             # Positions pass transaction markers too, which no message shows.
             for tp in consumer.position([TopicPartition(topic, p) for p in left]):
                 if tp.offset >= ends[tp.partition]:
