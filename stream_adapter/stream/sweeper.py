@@ -32,6 +32,8 @@ from stream_adapter.stream.outputs import Outputs
 
 MAX_REQUESTS = 10_000
 """Sweep requests one round hands on at most: a backlog goes over several rounds."""
+CHUNK = 5_000
+"""Records judged between two turns of the event loop."""
 ASK_AGAIN_ROUNDS = 5
 """Rounds after which a record still due is asked for again (its request is long done)."""
 
@@ -112,11 +114,15 @@ class Sweeper:
         started = time.monotonic()
         again_after_s = ASK_AGAIN_ROUNDS * self.settings.approvals_sweep_interval_s
         self._asked = {k: t for k, t in self._asked.items() if started - t < again_after_s}
-        due = due_records(
-            self._values(),  # read at once: the table may change at the next await
-            retention_s=self.settings.settled_retention_s,
-            expiry_s=self.settings.pending_expiry_s,
-        )
+        values = list(self._values())  # read at once: the store may change at an await
+        due: list[str] = []
+        for start in range(0, len(values), CHUNK):
+            due += due_records(
+                values[start : start + CHUNK],
+                retention_s=self.settings.settled_retention_s,
+                expiry_s=self.settings.pending_expiry_s,
+            )
+            await asyncio.sleep(0)  # parsing 100,000 records takes about 0.2 s: let others run
         fresh = [approval_id for approval_id in due if approval_id not in self._asked]
         for approval_id in fresh[:MAX_REQUESTS]:
             await self._outputs.request(approval_id, {"kind": SWEEP, "approval_id": approval_id})
