@@ -1,9 +1,12 @@
 """Approval records, decisions and their pure state transitions (contract §7).
 
-``pending → approved → running → done`` or ``pending → denied``. A run that ended with no
+``pending → approved → running → done`` or ``pending → denied``, or ``pending → expired`` when
+nobody decides in time (`PENDING_EXPIRY_S`). A run that ended with no
 outcome and may not run again goes ``running → unknown``, until a person resolves it: ``unknown →
-done`` ("it ran") or, once, ``unknown → approved`` ("it did not run": a fresh run). The functions
-here do no I/O, so the approval stores and the Kafka table apply exactly the same rules.
+done`` ("it ran") or, once, ``unknown → approved`` ("it did not run": a fresh run). Settled
+records (done, denied, expired) are removed once their retention is over (`retention_due`).
+The functions here do no I/O, so the approval stores and the Kafka table apply exactly the same
+rules.
 """
 
 from __future__ import annotations
@@ -20,13 +23,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from stream_adapter._json import JSONError, loads
 from stream_adapter.envelope import Envelope
-from stream_adapter.errors import ApprovalConflict, ApprovalDenied, ToolUsageError
+from stream_adapter.errors import ApprovalConflict, ApprovalDenied, ApprovalExpired, ToolUsageError
 from stream_adapter.ids import approval_id_for
-from stream_adapter.replies import Reply, already_done_reply, ok_reply, pending_reply
+from stream_adapter.replies import (
+    Reply,
+    already_done_reply,
+    error_reply_body,
+    ok_reply,
+    pending_reply,
+)
 
 __all__ = [
+    "DEFAULT_SETTLED_RETENTION_S",
     "MAX_DECISION_BYTES",
     "MAX_RUNS",
+    "SETTLED_STATES",
     "ApprovalRecord",
     "ApprovalState",
     "ApprovalStore",
@@ -37,6 +48,9 @@ __all__ = [
     "apply_resolution",
     "begin_run",
     "denial",
+    "expire",
+    "expiry",
+    "expiry_due",
     "finish",
     "give_up",
     "new_record",
@@ -44,8 +58,10 @@ __all__ = [
     "parse_decision",
     "parse_reviewer_message",
     "rerun",
+    "retention_due",
     "run_age_s",
     "same_resolution",
+    "settled_at",
     "settled_reply",
     "this_process",
     "utc_now",
@@ -70,6 +86,19 @@ class ApprovalState(StrEnum):
     UNKNOWN = "unknown"
     """Its run ended with no outcome and it will not be run again automatically: a person
     finds out whether it ran and resolves it (`Resolution`)."""
+    EXPIRED = "expired"
+    """Nobody decided it within the pending expiry: its agent got an ApprovalExpired error
+    and it never runs."""
+
+
+SETTLED_STATES = frozenset({ApprovalState.DONE, ApprovalState.DENIED, ApprovalState.EXPIRED})
+"""States a record never leaves: kept for the settled retention (redeliveries answer from
+them), then removed. A resolved unknown outcome (`ran`) is done, so settled too; pending,
+approved, running and unknown records are never removed."""
+
+DEFAULT_SETTLED_RETENTION_S = 14 * 86400.0
+"""Two weeks: longer than the broker's default topic retention (7 days), so a call or decision
+redelivered from its topic always finds its record."""
 
 
 def utc_now() -> str:
@@ -112,6 +141,9 @@ class ApprovalRecord(BaseModel):
     resolved_by: str | None = None
     resolved_at: str | None = None
     resolution_reason: str | None = None
+    settled_at: str | None = None
+    """When it reached a settled state (done, denied, expired): its retention counts from
+    here (`retention_due`)."""
 
     def to_bytes(self) -> bytes:
         """JSON bytes for a table, a changelog or a database row."""
@@ -222,15 +254,16 @@ def apply_decision(
     if record.state is not ApprovalState.PENDING:
         return record, False
     state = ApprovalState.APPROVED if decision.approved else ApprovalState.DENIED
-    decided = record.model_copy(
-        update={
-            "state": state,
-            "reviewer": decision.reviewer,
-            "decided_at": decision.decided_at or now or utc_now(),
-            "reason": decision.reason,
-        }
-    )
-    return decided, True
+    at = now or utc_now()
+    update: dict[str, Any] = {
+        "state": state,
+        "reviewer": decision.reviewer,
+        "decided_at": decision.decided_at or at,
+        "reason": decision.reason,
+    }
+    if state is ApprovalState.DENIED:
+        update["settled_at"] = at
+    return record.model_copy(update=update), True
 
 
 def this_process() -> str:
@@ -309,7 +342,7 @@ def apply_resolution(
             record.tool, record.run_id, record.call_id, resolution.result, record.approval_id
         )
         reply["resolved_by"] = resolution.reviewer
-        update |= {"state": ApprovalState.DONE, "reply": reply}
+        update |= {"state": ApprovalState.DONE, "reply": reply, "settled_at": now or utc_now()}
     else:
         update |= {"state": ApprovalState.APPROVED, "unknown_at": None}
     return record.model_copy(update=update)
@@ -333,13 +366,87 @@ def run_age_s(record: ApprovalRecord, now: datetime | None = None) -> float:
     return ((now or datetime.now(UTC)) - started).total_seconds()
 
 
-def finish(record: ApprovalRecord, reply: Reply) -> ApprovalRecord:
+def finish(record: ApprovalRecord, reply: Reply, *, now: str | None = None) -> ApprovalRecord:
     """running → done, keeping the terminal reply for redelivered resumes."""
     if record.state is not ApprovalState.RUNNING:
         raise ApprovalConflict(
             f"approval is {record.state}, not running", approval_id=record.approval_id
         )
-    return record.model_copy(update={"state": ApprovalState.DONE, "reply": dict(reply)})
+    return record.model_copy(
+        update={"state": ApprovalState.DONE, "reply": dict(reply), "settled_at": now or utc_now()}
+    )
+
+
+def _instant(text: str) -> datetime | None:
+    """An ISO 8601 time as an aware datetime (naive ones taken as UTC); None if unreadable."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def settled_at(record: ApprovalRecord) -> datetime | None:
+    """When record settled; None while it is not settled. A record written before
+    `settled_at` was kept counts from its latest known time."""
+    if record.state not in SETTLED_STATES:
+        return None
+    if record.settled_at is not None:
+        return _instant(record.settled_at)
+    known = (record.resolved_at, record.started_at, record.decided_at, record.requested_at)
+    times = [t for t in (_instant(x) for x in known if x) if t is not None]
+    return max(times) if times else None
+
+
+def retention_due(
+    record: ApprovalRecord, retention_s: float | None, now: datetime | None = None
+) -> bool:
+    """Whether record is settled and its retention (seconds; None: kept for ever) is over."""
+    if retention_s is None:
+        return False
+    settled = settled_at(record)
+    if settled is None:
+        return False
+    return ((now or datetime.now(UTC)) - settled).total_seconds() >= retention_s
+
+
+def expiry_due(record: ApprovalRecord, expiry_s: float | None, now: datetime | None = None) -> bool:
+    """Whether record is pending and nobody decided it within expiry_s (None: never expires)."""
+    if expiry_s is None or record.state is not ApprovalState.PENDING:
+        return False
+    requested = _instant(record.requested_at)
+    if requested is None:
+        return False
+    return ((now or datetime.now(UTC)) - requested).total_seconds() >= expiry_s
+
+
+def expiry(record: ApprovalRecord) -> ApprovalExpired:
+    """The ApprovalExpired error an expired record answers with."""
+    return ApprovalExpired(
+        f"approval {record.approval_id} expired: nobody decided it in time",
+        tool=record.tool,
+        run_id=record.run_id,
+        call_id=record.call_id,
+        approval_id=record.approval_id,
+    )
+
+
+def expire(record: ApprovalRecord, *, now: str | None = None) -> ApprovalRecord:
+    """pending → expired, keeping the error reply its agent gets (and redeliveries get again)."""
+    if record.state is not ApprovalState.PENDING:
+        raise ApprovalConflict(
+            f"approval is {record.state}, not pending", approval_id=record.approval_id
+        )
+    reply = error_reply_body(
+        expiry(record),
+        tool=record.tool,
+        run_id=record.run_id,
+        call_id=record.call_id,
+        approval_id=record.approval_id,
+    )
+    return record.model_copy(
+        update={"state": ApprovalState.EXPIRED, "reply": reply, "settled_at": now or utc_now()}
+    )
 
 
 class Step(StrEnum):
@@ -350,6 +457,7 @@ class Step(StrEnum):
     RERUN = "rerun"  # running, idempotent tool: its run left no outcome; run it again
     BUSY = "busy"  # running, idempotent tool, maybe still running elsewhere: try again later
     DENY = "deny"  # denied: ApprovalDenied
+    EXPIRED = "expired"  # expired: ApprovalExpired
     DONE = "done"  # running, unknown or done: reply already_done
     GIVE_UP = "give_up"  # running, over with no outcome, not to run again: mark it unknown
 
@@ -361,6 +469,7 @@ _STEPS = {
     ApprovalState.RUNNING: Step.DONE,
     ApprovalState.DONE: Step.DONE,
     ApprovalState.UNKNOWN: Step.DONE,
+    ApprovalState.EXPIRED: Step.EXPIRED,
 }
 
 

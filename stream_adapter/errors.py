@@ -8,6 +8,7 @@
     ├── ApprovalNotFound         no   404
     ├── ApprovalDenied           no   403
     ├── ApprovalConflict         no   409 (a decision or transition on a settled record)
+    ├── ApprovalExpired          no   410 (nobody decided in time: PENDING_EXPIRY_S)
     ├── ToolTimeout              yes  504
     ├── ToolFailed               the tool says (500, or the tool's own status)
     └── BrokerError              yes  503 (the broker cannot be reached, started or set up)
@@ -25,6 +26,7 @@ __all__ = [
     "AdapterError",
     "ApprovalConflict",
     "ApprovalDenied",
+    "ApprovalExpired",
     "ApprovalNotFound",
     "AuthenticationFailed",
     "BrokerError",
@@ -110,6 +112,13 @@ class ApprovalConflict(AdapterError):
 
     title = "Approval already decided"
     status = 409
+
+
+class ApprovalExpired(AdapterError):
+    """Nobody decided the approval within its expiry; the call will not run."""
+
+    title = "Approval expired"
+    status = 410
 
 
 class ToolTimeout(AdapterError):

@@ -14,6 +14,7 @@ from stream_adapter.approvals import (
     Resolution,
     Step,
     denial,
+    expiry,
     new_record,
     next_step,
     settled_reply,
@@ -133,6 +134,8 @@ async def _answer(
     step = next_step(record, idempotent=idempotent, rerun_after_s=rerun_after_s)
     if step is Step.DENY:
         raise denial(record)
+    if step is Step.EXPIRED:
+        raise expiry(record)
     if step is Step.BUSY:
         raise ToolTimeout(
             "the approved call may still be running elsewhere; deliver it again later",

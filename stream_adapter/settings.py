@@ -9,6 +9,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from stream_adapter.approvals import DEFAULT_SETTLED_RETENTION_S
+
 ENV_PREFIX = "STREAM_ADAPTER_"
 COMMIT_INTERVAL_S = {"at_least_once": 0.5, "exactly_once": 0.1}
 """How often a worker commits, by processing guarantee. Exactly once, a reply is visible to a
@@ -142,6 +144,24 @@ class Settings(BaseSettings):
     )
     session_ttl_s: int = Field(
         default=8 * 3600, ge=60, description="Seconds a review session lasts."
+    )
+    settled_retention_s: float = Field(
+        default=DEFAULT_SETTLED_RETENTION_S,
+        gt=0,
+        description="Seconds a settled approval (done, denied, expired) is kept, then removed; "
+        "longer than the calls and decisions topics' retention.ms, so a redelivery finds it.",
+    )
+    pending_expiry_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds an approval may wait for a decision before it expires and its "
+        "agent gets ApprovalExpired (unset: pending approvals never expire).",
+    )
+    approvals_sweep_interval_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds between a worker's sweeps of its approvals table for expired "
+        "approvals and settled ones past their retention.",
     )
     pending_approval_age_limit_s: float = Field(
         default=3600.0,

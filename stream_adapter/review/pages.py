@@ -239,6 +239,8 @@ def outcome(record: ApprovalRecord) -> str:
     """What became of a decided approval, in a few words."""
     if record.state is ApprovalState.DENIED:
         return "denied"
+    if record.state is ApprovalState.EXPIRED:
+        return "expired, nobody decided in time"
     if record.state is ApprovalState.APPROVED:
         return "approved, not run yet"
     if record.state is ApprovalState.RUNNING:
@@ -287,6 +289,16 @@ def history(record: ApprovalRecord, seen: Sequence[Seen]) -> list[Event]:
     state = record.state
     if state is ApprovalState.PENDING:
         events.append(Event("waiting", "Waiting for a decision", "wait"))
+        return events
+    if state is ApprovalState.EXPIRED:
+        events.append(
+            Event(
+                "expired",
+                "Expired: nobody decided in time; the caller got an ApprovalExpired error reply",
+                "bad",
+                record.settled_at,
+            )
+        )
         return events
     verdict = "Denied" if state is ApprovalState.DENIED else "Approved"
     events.append(

@@ -31,6 +31,7 @@ DECIDED_STATES = frozenset(
         ApprovalState.RUNNING,
         ApprovalState.DONE,
         ApprovalState.UNKNOWN,
+        ApprovalState.EXPIRED,
     }
 )
 

@@ -31,12 +31,14 @@ from stream_adapter.approvals import (
 )
 from stream_adapter.replies import Reply
 from stream_adapter.stores._common import conflict, missing
+from stream_adapter.stores._lifetimes import AgingStore
 
 __all__ = ["CompareAndSetStore"]
 
 
-class CompareAndSetStore(ABC):
-    """The ApprovalStore protocol for a backend that offers the four primitives below."""
+class CompareAndSetStore(AgingStore, ABC):
+    """The ApprovalStore protocol for a backend that offers the primitives below (and
+    AgingStore's guarded delete and scan, for retention and expiry)."""
 
     @abstractmethod
     async def _insert(self, record: ApprovalRecord) -> ApprovalRecord:
@@ -56,18 +58,20 @@ class CompareAndSetStore(ABC):
         """Records (only those in state, when given), oldest first."""
 
     async def _require(self, approval_id: str) -> ApprovalRecord:
-        record = await self._load(approval_id)
+        record = await self._current(approval_id)
         if record is None:
             raise missing(approval_id)
         return record
 
     async def park(self, record: ApprovalRecord) -> ApprovalRecord:
         """Insert record unless its approval_id exists; return the stored one."""
-        return await self._insert(record)
+        await self._maybe_sweep()
+        stored = await self._age(await self._insert(record))
+        return stored or await self._insert(record)  # the old one was past its retention
 
     async def get(self, approval_id: str) -> ApprovalRecord | None:
         """The record, or None."""
-        return await self._load(approval_id)
+        return await self._current(approval_id)
 
     async def decide(self, approval_id: str, decision: Decision) -> ApprovalRecord:
         """Apply the first decision; ApprovalNotFound, or ApprovalConflict once decided."""
@@ -139,4 +143,6 @@ class CompareAndSetStore(ABC):
 
     async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:
         """Records, optionally only those in state, oldest first."""
-        return await self._scan(None if state is None else ApprovalState(state))
+        records = await self._scan(None if state is None else ApprovalState(state))
+        aged = [await self._age(r) for r in records]
+        return [r for r in aged if r is not None and (state is None or r.state == state)]

@@ -2,7 +2,9 @@
 
 Every transition is a write with a condition on the stored state and runs count (``#s =
 :expected AND #r = :runs``), which DynamoDB evaluates atomically per item, so exactly one
-concurrent caller in any process wins a claim. Needs the ``dynamodb`` extra.
+concurrent caller in any process wins a claim. A settled record carries a TTL attribute
+(``expires_at``, epoch seconds) that DynamoDB's Time to Live removes it by; until it does, the
+store reads it as absent and deletes it. Needs the ``dynamodb`` extra.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from stream_adapter import logs
-from stream_adapter.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.approvals import ApprovalRecord, ApprovalState, settled_at
 from stream_adapter.errors import ToolUsageError
 from stream_adapter.runners import LoopLocal
 from stream_adapter.stores._cas import CompareAndSetStore
 from stream_adapter.stores._common import missing, unavailable_on
+from stream_adapter.stores._lifetimes import FROM_SETTINGS, Lifetime, lifetimes
 
-__all__ = ["DEFAULT_CONFIG", "STATE_INDEX", "DynamoDBApprovalStore"]
+__all__ = ["DEFAULT_CONFIG", "STATE_INDEX", "TTL_ATTRIBUTE", "DynamoDBApprovalStore"]
+
+TTL_ATTRIBUTE = "expires_at"
+"""The Time to Live attribute: when a settled record's retention is over, in epoch seconds."""
 
 STATE_INDEX = "state-requested_at"
 """The global secondary index ``list(state)`` queries: state, then request time."""
@@ -54,14 +60,18 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def _item(record: ApprovalRecord) -> dict[str, Any]:
-    return {
+def _item(record: ApprovalRecord, retention_s: float | None) -> dict[str, Any]:
+    item = {
         "approval_id": {"S": record.approval_id},
         "state": {"S": record.state.value},
         "requested_at": {"S": record.requested_at},
         "runs": {"N": str(record.runs)},
         "record": {"S": record.to_bytes().decode()},
     }
+    settled = settled_at(record)
+    if settled is not None and retention_s is not None:
+        item[TTL_ATTRIBUTE] = {"N": str(int(settled.timestamp() + retention_s) + 1)}
+    return item
 
 
 def _record(item: dict[str, Any]) -> ApprovalRecord:
@@ -76,7 +86,9 @@ class DynamoDBApprovalStore(CompareAndSetStore):
     ``list`` reads the index (or scans) and is eventually consistent, as DynamoDB indexes are.
     Credentials and region come from the usual AWS sources (environment, profile, role) or
     from ``client_options`` (given to aiobotocore's ``create_client``; ``config`` replaces
-    DEFAULT_CONFIG). A client is opened lazily per event loop (a LoopLocal).
+    DEFAULT_CONFIG). A client is opened lazily per event loop (a LoopLocal). A table it creates
+    gets Time to Live on ``expires_at``; settled_retention_s and pending_expiry_s default to
+    the settings.
     """
 
     def __init__(
@@ -86,9 +98,12 @@ class DynamoDBApprovalStore(CompareAndSetStore):
         region_name: str | None = None,
         endpoint_url: str | None = None,
         create_table: bool = True,
+        settled_retention_s: Lifetime = FROM_SETTINGS,
+        pending_expiry_s: Lifetime = FROM_SETTINGS,
         **client_options: Any,
     ) -> None:
         self.table = table
+        self.lifetimes = lifetimes(settled_retention_s, pending_expiry_s)
         self.region_name = region_name
         self.endpoint_url = endpoint_url
         self.create_table = create_table
@@ -132,6 +147,18 @@ class DynamoDBApprovalStore(CompareAndSetStore):
                     raise
             waiter = client.get_waiter("table_exists")
             await waiter.wait(TableName=self.table, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+            await self._enable_ttl(client)
+
+    async def _enable_ttl(self, client: Any) -> None:
+        """Time to Live on TTL_ATTRIBUTE; refused (another process enabled it, or no
+        permission), records are still removed on access and by `sweep`."""
+        try:
+            await client.update_time_to_live(
+                TableName=self.table,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+            )
+        except ClientError as exc:
+            logs.event(logs.WARNING, "approval table TTL not enabled", error_kind=_code(exc))
 
     def _table_definition(self) -> dict[str, Any]:
         return {
@@ -161,7 +188,7 @@ class DynamoDBApprovalStore(CompareAndSetStore):
             try:
                 await client.put_item(
                     TableName=self.table,
-                    Item=_item(record),
+                    Item=_item(record, self.lifetimes.settled_retention_s),
                     ConditionExpression="attribute_not_exists(approval_id)",
                 )
                 return record
@@ -170,7 +197,7 @@ class DynamoDBApprovalStore(CompareAndSetStore):
                     _too_large(exc, record)
                     raise
         stored = await self._load(record.approval_id)
-        if stored is None:  # items are never deleted, so only a concurrent manual delete
+        if stored is None:  # deleted past its retention between the two requests
             raise missing(record.approval_id)
         return stored
 
@@ -193,7 +220,7 @@ class DynamoDBApprovalStore(CompareAndSetStore):
             try:
                 await client.put_item(
                     TableName=self.table,
-                    Item=_item(record),
+                    Item=_item(record, self.lifetimes.settled_retention_s),
                     ConditionExpression=f"#s = :expected AND {runs}",
                     ExpressionAttributeNames=_SWAP_NAMES,
                     ExpressionAttributeValues={
@@ -207,6 +234,41 @@ class DynamoDBApprovalStore(CompareAndSetStore):
                 _too_large(exc, record)
                 raise
         return True
+
+    async def _delete(self, record: ApprovalRecord) -> bool:
+        client = await self._client()
+        with unavailable_on(*_UNAVAILABLE):
+            try:
+                await client.delete_item(
+                    TableName=self.table,
+                    Key={"approval_id": {"S": record.approval_id}},
+                    ConditionExpression="#s = :expected",
+                    ExpressionAttributeNames=_STATE_NAME,
+                    ExpressionAttributeValues={":expected": {"S": record.state.value}},
+                )
+            except ClientError as exc:
+                if _code(exc) == _CHECK_FAILED:
+                    return False
+                raise
+        return True
+
+    async def _scan_due(
+        self, state: ApprovalState, before: str, limit: int
+    ) -> builtins.list[ApprovalRecord]:
+        client = await self._client()
+        items: list[dict[str, Any]] = []
+        with unavailable_on(*_UNAVAILABLE):
+            pages = client.get_paginator("query").paginate(
+                TableName=self.table,
+                IndexName=STATE_INDEX,
+                KeyConditionExpression="#s = :state AND requested_at < :before",
+                ExpressionAttributeNames=_STATE_NAME,
+                ExpressionAttributeValues={":state": {"S": state.value}, ":before": {"S": before}},
+                PaginationConfig={"MaxItems": limit},
+            )
+            async for page in pages:
+                items.extend(page.get("Items", []))
+        return [_record(item) for item in items[:limit]]
 
     async def _scan(self, state: ApprovalState | None) -> builtins.list[ApprovalRecord]:
         client = await self._client()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import threading
+from datetime import datetime
 
 from stream_adapter.approvals import (
     ApprovalRecord,
@@ -14,26 +15,53 @@ from stream_adapter.approvals import (
     apply_decision,
     apply_resolution,
     begin_run,
+    expire,
+    expiry_due,
     finish,
     give_up,
     next_step,
     rerun,
+    retention_due,
 )
 from stream_adapter.replies import Reply
 from stream_adapter.stores._common import conflict, missing
+from stream_adapter.stores._lifetimes import FROM_SETTINGS, Lifetime, lifetimes
 
 __all__ = ["MemoryApprovalStore"]
 
 
 class MemoryApprovalStore:
-    """Records in a dict behind a lock: one process, lost on exit (tests, single workers)."""
+    """Records in a dict behind a lock: one process, lost on exit (tests, single workers).
 
-    def __init__(self) -> None:
+    Settled records are removed after settled_retention_s and pending ones expire after
+    pending_expiry_s (defaults: the settings), on access and by `sweep`.
+    """
+
+    def __init__(
+        self,
+        *,
+        settled_retention_s: Lifetime = FROM_SETTINGS,
+        pending_expiry_s: Lifetime = FROM_SETTINGS,
+    ) -> None:
         self._records: dict[str, ApprovalRecord] = {}
         self._lock = threading.Lock()
+        self.lifetimes = lifetimes(settled_retention_s, pending_expiry_s)
+
+    def _aged(self, approval_id: str, now: datetime | None = None) -> ApprovalRecord | None:
+        """The record as it reads now (lock held): removed past its retention, expired past
+        its expiry."""
+        record = self._records.get(approval_id)
+        if record is None:
+            return None
+        if retention_due(record, self.lifetimes.settled_retention_s, now):
+            del self._records[approval_id]
+            return None
+        if expiry_due(record, self.lifetimes.pending_expiry_s, now):
+            record = self._records[approval_id] = expire(record)
+        return record
 
     def _get(self, approval_id: str) -> ApprovalRecord:
-        record = self._records.get(approval_id)
+        record = self._aged(approval_id)
         if record is None:
             raise missing(approval_id)
         return record
@@ -41,11 +69,22 @@ class MemoryApprovalStore:
     async def park(self, record: ApprovalRecord) -> ApprovalRecord:
         """Insert record unless its approval_id exists; return the stored one."""
         with self._lock:
+            self._aged(record.approval_id)
             return self._records.setdefault(record.approval_id, record)
 
     async def get(self, approval_id: str) -> ApprovalRecord | None:
         """The record, or None."""
-        return self._records.get(approval_id)
+        with self._lock:
+            return self._aged(approval_id)
+
+    async def sweep(self, now: datetime | None = None) -> int:
+        """Remove settled records past their retention and expire pending ones past their
+        expiry; how many records it changed."""
+        with self._lock:
+            before = dict(self._records)
+            for approval_id in before:
+                self._aged(approval_id, now)
+            return sum(1 for k, v in before.items() if self._records.get(k) is not v)
 
     async def decide(self, approval_id: str, decision: Decision) -> ApprovalRecord:
         """Apply the first decision; ApprovalNotFound, or ApprovalConflict once decided."""
@@ -105,5 +144,7 @@ class MemoryApprovalStore:
     async def list(self, state: ApprovalState | None = None) -> builtins.list[ApprovalRecord]:
         """Records, optionally only those in state, oldest first."""
         with self._lock:
+            for approval_id in list(self._records):
+                self._aged(approval_id)
             records = [r for r in self._records.values() if state is None or r.state == state]
         return sorted(records, key=lambda r: r.requested_at)

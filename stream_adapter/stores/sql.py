@@ -21,6 +21,7 @@ from sqlalchemy import (
     Table,
     Text,
     cast,
+    delete,
     event,
     func,
     insert,
@@ -37,6 +38,7 @@ from stream_adapter.approvals import ApprovalRecord, ApprovalState
 from stream_adapter.runners import LoopLocal
 from stream_adapter.stores._cas import CompareAndSetStore
 from stream_adapter.stores._common import missing, unavailable_on
+from stream_adapter.stores._lifetimes import FROM_SETTINGS, Lifetime, lifetimes
 
 __all__ = ["SQLApprovalStore"]
 
@@ -59,12 +61,21 @@ class SQLApprovalStore(CompareAndSetStore):
     created on first use. An engine is built lazily per event loop (a LoopLocal), since async
     drivers' connections belong to the loop that opened them. On SQLite every transaction is
     ``BEGIN IMMEDIATE`` in WAL mode, so writers of several processes queue instead of failing.
+    Settled rows are deleted once settled_retention_s is over, and pending ones expire after
+    pending_expiry_s (defaults: the settings), on access and by `sweep`.
     """
 
     def __init__(
-        self, url: str, *, table: str = "stream_adapter_approvals", **engine_options: Any
+        self,
+        url: str,
+        *,
+        table: str = "stream_adapter_approvals",
+        settled_retention_s: Lifetime = FROM_SETTINGS,
+        pending_expiry_s: Lifetime = FROM_SETTINGS,
+        **engine_options: Any,
     ) -> None:
         self.url = url
+        self.lifetimes = lifetimes(settled_retention_s, pending_expiry_s)
         self._backend = make_url(url).get_backend_name()
         self._metadata = MetaData()
         self._table = Table(
@@ -142,7 +153,7 @@ class SQLApprovalStore(CompareAndSetStore):
                 pass  # a database without ON CONFLICT: the record is already there
             async with engine.connect() as db:
                 stored = await self._select(db, record.approval_id)
-        if stored is None:  # rows are never deleted, so only a concurrent manual DELETE
+        if stored is None:  # deleted past its retention between the two statements
             raise missing(record.approval_id)
         return stored
 
@@ -178,6 +189,33 @@ class SQLApprovalStore(CompareAndSetStore):
             async with engine.begin() as db:
                 result = await db.execute(statement)
         return result.rowcount == 1
+
+    async def _delete(self, record: ApprovalRecord) -> bool:
+        engine = await self._engine()
+        table = self._table
+        statement = delete(table).where(
+            table.c.approval_id == record.approval_id, table.c.state == record.state.value
+        )
+        with unavailable_on(*_UNAVAILABLE):
+            async with engine.begin() as db:
+                result = await db.execute(statement)
+        return result.rowcount == 1
+
+    async def _scan_due(
+        self, state: ApprovalState, before: str, limit: int
+    ) -> builtins.list[ApprovalRecord]:
+        engine = await self._engine()
+        table = self._table
+        query = (
+            select(table.c.record)
+            .where(table.c.state == state.value, table.c.requested_at < before)
+            .order_by(table.c.requested_at)
+            .limit(limit)
+        )
+        with unavailable_on(*_UNAVAILABLE):
+            async with engine.connect() as db:
+                rows = (await db.execute(query)).all()
+        return [ApprovalRecord.from_bytes(row[0]) for row in rows]
 
     async def _scan(self, state: ApprovalState | None) -> builtins.list[ApprovalRecord]:
         engine = await self._engine()

@@ -31,6 +31,7 @@ from stream_adapter.stream.engine import (
 from stream_adapter.stream.inline import inline_lane
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.outputs import Outputs
+from stream_adapter.stream.sweeper import Sweeper
 from stream_adapter.stream.topics import approval_requests_topic
 from stream_adapter.stream.tracing import build_tracing
 from stream_adapter.stream.web import MetricsServer
@@ -139,6 +140,8 @@ def build_app(
         stuck=app.stuck_partitions,
         unknown_age_limit_s=settings.unknown_outcome_age_limit_s,
     )
+    sweeper = Sweeper(settings, approvals_store.values, outputs)
+    app.add_service(sweeper.start, sweeper.stop)
     server = MetricsServer(metrics, settings.web_host, settings.web_port, app.stuck_partitions)
     app.add_service(server.start, server.stop)
     loop_watch = LoopWatch(executor_codes(executor), stall_s=settings.loop_stall_s)

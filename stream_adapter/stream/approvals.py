@@ -4,6 +4,9 @@ All three arrive keyed by approval_id on co-partitioned topics, so the worker th
 approval_id's partition holds its record. Every table write is acknowledged by the broker
 before anything that depends on it: the `pending_approval` reply waits for the record, and an
 approved call starts only once its `running` mark is durable, so it runs at most once.
+A sweep request (from the worker's `Sweeper`) expires a pending approval nobody decided in time,
+or removes a settled one past its retention with a tombstone, written like any other table
+write.
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ from stream_adapter.approvals import (
     apply_resolution,
     begin_run,
     denial,
+    expire,
+    expiry_due,
     finish,
     give_up,
     new_record,
     next_step,
     parse_reviewer_message,
     rerun,
+    retention_due,
     same_resolution,
     settled_reply,
     this_process,
@@ -46,7 +52,7 @@ from stream_adapter.errors import (
 )
 from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER, DecisionKeys, SignatureError
-from stream_adapter.stream.calls import PARK, RESUME
+from stream_adapter.stream.calls import PARK, RESUME, SWEEP
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.engine import Delivery, DurableTable, Headers
 from stream_adapter.stream.faults import APPROVED_RAN, PARKED, RUNNING, crash_point
@@ -75,6 +81,10 @@ class ApprovalTable:
         the call a second time.
         """
         await self._table.put(record.approval_id.encode(), record.to_bytes(), partition, now=now)
+
+    async def delete(self, approval_id: str, partition: int) -> None:
+        """Remove a record: a tombstone on the changelog, written as `put` writes."""
+        await self._table.put(approval_id.encode(), None, partition)
 
 
 def signature_of(keys: DecisionKeys, headers: Mapping[str, bytes]) -> str:
@@ -108,8 +118,11 @@ class ApprovalFlow:
                 await self._decision(delivery, trace)
             return
         request = orjson.loads(delivery.value)
-        original = Delivery.from_json(request["delivery"])
         kind = request["kind"]
+        if kind == SWEEP:
+            await self._sweep(request["approval_id"], delivery.partition)
+            return
+        original = Delivery.from_json(request["delivery"])
         with self._traced(kind, as_headers(request.get("traceparent"))) as trace:
             if kind == PARK:
                 await self._park(request, original, delivery.partition, trace)
@@ -202,6 +215,9 @@ class ApprovalFlow:
         """Reply for record's state; run it if it is approved and unused, or run it again if
         its tool is idempotent and its last run left no outcome."""
         record = await self._after_live_run(record)
+        if self._expiry_due(record):
+            await self._expire(record, partition, trace)
+            return
         step = next_step(record, idempotent=self._idempotent(record))
         if step is Step.RUN:
             await self._run(record, partition, trace)
@@ -210,11 +226,53 @@ class ApprovalFlow:
         elif step is Step.DENY:
             body = record.reply or _denied_reply(record)
             await self.ctx.outputs.reply(body, message_id=record.message_id, headers=trace)
+        elif step is Step.EXPIRED:
+            assert record.reply is not None  # `expire` keeps the error reply
+            await self.ctx.outputs.reply(record.reply, message_id=record.message_id, headers=trace)
         else:
             if step is Step.GIVE_UP:
                 record = await self._give_up(record, partition)
             await self.ctx.outputs.reply(
                 settled_reply(record), message_id=record.message_id, headers=trace
+            )
+
+    def _expiry_due(self, record: ApprovalRecord) -> bool:
+        return expiry_due(record, self.ctx.settings.pending_expiry_s)
+
+    async def _expire(
+        self, record: ApprovalRecord, partition: int, trace: Headers | None
+    ) -> ApprovalRecord:
+        """pending → expired, and its agent gets the ApprovalExpired error reply."""
+        expired = expire(record)
+        assert expired.reply is not None
+        await self.table.put(expired, partition)
+        logs.event(
+            logs.INFO,
+            "approval expired; nobody decided it in time",
+            tool=record.tool,
+            run_id=record.run_id,
+            call_id=record.call_id,
+            approval_id=record.approval_id,
+        )
+        await self.ctx.outputs.reply(expired.reply, message_id=record.message_id, headers=trace)
+        return expired
+
+    async def _sweep(self, approval_id: str, partition: int) -> None:
+        """Expire the record if nobody decided it in time, or remove it if settled past its
+        retention; else leave it (it changed since the sweep asked)."""
+        record = self.table.get(approval_id)
+        if record is None or approval_id in self._running:
+            return
+        if self._expiry_due(record):
+            await self._expire(record, partition, None)
+        elif retention_due(record, self.ctx.settings.settled_retention_s):
+            await self.table.delete(approval_id, partition)
+            logs.event(
+                logs.INFO,
+                "settled approval removed after its retention",
+                tool=record.tool,
+                approval_id=approval_id,
+                state=record.state,
             )
 
     async def _give_up(self, record: ApprovalRecord, partition: int) -> ApprovalRecord:
@@ -282,6 +340,8 @@ class ApprovalFlow:
         self, record: ApprovalRecord, decision: Decision, delivery: Delivery, trace: Headers | None
     ) -> None:
         """Apply an approve/deny decision; a later one answers from the record."""
+        if self._expiry_due(record):
+            record = await self._expire(record, delivery.partition, trace)
         decided, changed = apply_decision(record, decision)
         step = next_step(record, idempotent=self._idempotent(record))
         if not changed and step is Step.RERUN:
@@ -442,7 +502,9 @@ class ApprovalFlow:
         await self.ctx.outputs.reply(reply, message_id=record.message_id, headers=inner or trace)
 
     def _log_late(self, record: ApprovalRecord, approved: bool) -> None:
-        conflicting = (record.state is ApprovalState.DENIED) == approved
+        conflicting = record.state is ApprovalState.EXPIRED or (
+            (record.state is ApprovalState.DENIED) == approved
+        )
         logs.event(
             logs.WARNING if conflicting else logs.INFO,
             "conflicting decision ignored" if conflicting else "repeated decision ignored",
@@ -463,8 +525,9 @@ def _denied_reply(record: ApprovalRecord) -> dict[str, Any]:
 
 
 def _used_reply(record: ApprovalRecord) -> dict[str, Any]:
-    """already_done for a decision that came after the first; pending cannot occur here."""
-    if record.state is ApprovalState.DENIED:
+    """already_done for a decision that came after the first (or after the approval expired);
+    pending cannot occur here."""
+    if record.state in (ApprovalState.DENIED, ApprovalState.EXPIRED):
         outcome = record.reply or _denied_reply(record)
         return already_done_reply(
             record.tool, record.run_id, record.call_id, record.approval_id, outcome

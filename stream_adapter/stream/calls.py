@@ -21,6 +21,7 @@ from stream_adapter.tools import Tool
 
 PARK = "park"
 RESUME = "resume"
+SWEEP = "sweep"
 
 
 def park_request(envelope: Envelope, delivery: Delivery) -> dict[str, Any]:

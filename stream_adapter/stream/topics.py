@@ -1,5 +1,6 @@
 """The topology's topics: what they must be, creating them idempotently, and reporting drift
-(partitions, replication factor, configs) and partitions short of in-sync replicas."""
+(partitions, replication factor, configs, a retention too long for SETTLED_RETENTION_S) and
+partitions short of in-sync replicas."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from stream_adapter.settings import Settings
 _TOPIC_ALREADY_EXISTS = 36
 _NOT_AUTHORIZED = (29, 31)  # topic, cluster authorization failed
 _COMPACT = {"cleanup.policy": "compact"}
+TOMBSTONE_RETENTION_MS = 86_400_000
+"""`delete.retention.ms` of the approvals changelog: a removed record's tombstone stays a day
+after compaction reaches it (a worker restoring meanwhile still reads it), then goes too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,9 @@ class TopicSpec:
     replication_factor: int
     config: dict[str, str] = field(default_factory=dict)
     role: str = ""
+    retention_below_ms: int | None = None
+    """When set, the topic's `retention.ms` must be below it: a call or decision redelivered
+    from the topic must still find its settled record (SETTLED_RETENTION_S)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +67,13 @@ class TopicState:
             have = self.config.get(key)
             if have != want:
                 out.append(f"{key}={have}, needs {want}")
+        limit = self.spec.retention_below_ms
+        retention = self.config.get("retention.ms")
+        if limit is not None and retention is not None and not 0 <= int(retention) < limit:
+            out.append(
+                f"retention.ms={retention}, needs less than settled_retention_s ({limit} ms): "
+                "a redelivered message would no longer find its settled approval"
+            )
         return out
 
     @property
@@ -80,6 +94,10 @@ def approval_requests_topic(settings: Settings) -> str:
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     """Every topic the topology reads or writes (contract §2), with partitions and configs.
 
+    The calls and decisions topics must keep messages for less than SETTLED_RETENTION_S
+    (checked, not set: their retention is the broker's or the operator's); the approvals
+    changelog drops tombstones a day after compaction (`TOMBSTONE_RETENTION_MS`).
+
     From replication 3 up every topic requires 2 in-sync replicas (`min_insync_replicas`):
     an acks=all write is then on two brokers before it is acknowledged, and one broker may
     be down without refusing writes.
@@ -88,11 +106,13 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     base: dict[str, str] = {}
     if settings.topic_min_insync is not None:
         base["min.insync.replicas"] = str(settings.topic_min_insync)
+    settled_ms = int(settings.settled_retention_s * 1000)
+    table = {**_COMPACT, "delete.retention.ms": str(TOMBSTONE_RETENTION_MS), **base}
     return [
-        TopicSpec(settings.calls_topic, p, rf, dict(base), role="calls"),
+        TopicSpec(settings.calls_topic, p, rf, dict(base), "calls", settled_ms),
         TopicSpec(settings.replies_topic, p, rf, dict(base), role="replies"),
-        TopicSpec(settings.decisions_topic, p, rf, dict(base), role="decisions"),
-        TopicSpec(settings.approvals_topic, p, rf, {**_COMPACT, **base}, role="approvals table"),
+        TopicSpec(settings.decisions_topic, p, rf, dict(base), "decisions", settled_ms),
+        TopicSpec(settings.approvals_topic, p, rf, table, role="approvals table"),
         TopicSpec(settings.dlq_topic, p, rf, dict(base), role="dead letters"),
         TopicSpec(
             approval_requests_topic(settings), p, rf, dict(base), role="internal: approval requests"

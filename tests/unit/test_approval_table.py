@@ -21,7 +21,7 @@ class _Sender:
     def transaction_of_current(self) -> str:
         return "app-1-0"
 
-    async def in_transaction(self, topic: str, key: bytes, value: bytes, **_: Any) -> None:
+    async def in_transaction(self, topic: str, key: bytes, value: bytes | None, **_: Any) -> None:
         self.sent.append((topic, key))
 
 
@@ -64,3 +64,21 @@ async def test_a_write_in_a_dropped_transaction_never_reaches_the_store() -> Non
     assert table.get(record.approval_id) is None and faust_table.data == {}
     guard.committed(["app-1-0"])
     assert faust_table.data == {}
+
+
+async def test_a_delete_is_a_tombstone_staged_until_its_transaction_commits() -> None:
+    guard = TransactionGuard(lambda: None)
+    faust_table, outputs = _table(), _Sender()
+    table = _approvals(faust_table, outputs, guard)
+    record = _record()
+    key = record.approval_id.encode()
+    faust_table.data[key] = record.to_bytes()  # committed earlier
+    await table.delete(record.approval_id, 0)
+    assert outputs.sent == [("cl", key)]
+    assert faust_table.data == {key: record.to_bytes()}  # staged only
+    assert table.get(record.approval_id) is None  # but read through: gone
+    await guard.reset(SimpleNamespace(_transaction_producers={}))
+    assert table.get(record.approval_id) == record  # an abort takes the delete back
+    await table.delete(record.approval_id, 0)
+    guard.committed(["app-1-0"])
+    assert faust_table.data == {} and table.get(record.approval_id) is None

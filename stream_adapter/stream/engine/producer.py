@@ -64,7 +64,7 @@ class Sender:
         self,
         topic: str,
         key: bytes | None,
-        value: bytes,
+        value: bytes | None,
         headers: Headers | None = None,
         partition: int | None = None,
     ) -> None:
@@ -99,7 +99,7 @@ class Sender:
         await pending
 
     async def outside_transaction(
-        self, topic: str, key: bytes, value: bytes, partition: int | None
+        self, topic: str, key: bytes, value: bytes | None, partition: int | None
     ) -> None:
         """Send with the app's plain producer: durable at once, whatever a transaction does."""
         producer = self._app.producer

@@ -4,6 +4,7 @@ Each write waits until its changelog record is acknowledged by the broker. Exact
 write joins the transaction of the message being processed and reaches the local store only
 once that transaction commits (staged until then, and read through), so the store never
 holds what an abort took back; with `now`, it goes outside the transaction, durable at once.
+A delete is a write of None: a tombstone on the changelog, which compaction later drops.
 """
 
 from __future__ import annotations
@@ -21,37 +22,37 @@ class DurableTable:
     def __init__(self, table: Any, sender: Sender, guard: TransactionGuard | None = None) -> None:
         self._table = table
         self._sender = sender
-        self._staged: dict[str, dict[bytes, tuple[int, bytes]]] = {}  # by transactional id
+        self._staged: dict[str, dict[bytes, tuple[int, bytes | None]]] = {}  # by transactional id
         if guard is not None:
             guard.on_commit.append(self._committed)
             guard.on_reset.append(self._staged.clear)
 
     def get(self, key: bytes) -> bytes | None:
         """The value of key: staged in an open transaction, else in the local store."""
-        raw = None
         for writes in self._staged.values():
             if key in writes:
-                raw = writes[key][1]
-        if raw is None:
-            raw = self._table.get(key)
-        return raw
+                return writes[key][1]
+        return self._table.get(key)  # type: ignore[no-any-return]
 
     def values(self) -> Iterable[bytes]:
         """Every value in this worker's table partitions (committed ones only)."""
         return self._table.data.values()  # type: ignore[no-any-return]
 
-    async def put(self, key: bytes, value: bytes, partition: int, *, now: bool = False) -> None:
-        """Store value and wait until its changelog entry is acknowledged by the broker.
+    async def put(
+        self, key: bytes, value: bytes | None, partition: int, *, now: bool = False
+    ) -> None:
+        """Store value (None: delete key) and wait until its changelog entry (a tombstone for
+        None) is acknowledged by the broker.
 
         Exactly once the entry joins the current message's transaction, except with `now`.
         """
         if not self._sender.exactly_once:
-            self._table.data[key] = value
+            self._apply(key, value, partition)
             await self._table.send_changelog(partition, key, value)
             return
         topic = self._table.changelog_topic.get_topic_name()
         if now:
-            self._table.data[key] = value
+            self._apply(key, value, partition)
             for writes in self._staged.values():
                 writes.pop(key, None)
             await self._sender.outside_transaction(topic, key, value, partition)
@@ -63,12 +64,23 @@ class DurableTable:
         self._staged.setdefault(tid, {})[key] = (partition, value)
 
     def _committed(self, transactional_id: str) -> None:
-        store = self._table.data
         for key, (partition, value) in self._staged.pop(transactional_id, {}).items():
-            if hasattr(store, "_db_for_partition"):
-                # Outside any event: Faust's RocksDB store takes the partition from the
-                # current event, so write to the partition's database as it would.
-                store._key_index[key] = partition
-                store._db_for_partition(partition).put(key, value)
+            self._apply(key, value, partition)
+
+    def _apply(self, key: bytes, value: bytes | None, partition: int) -> None:
+        """Write value (None: delete) to the local store."""
+        store = self._table.data
+        if hasattr(store, "_db_for_partition"):
+            # Possibly outside any event: Faust's RocksDB store takes the partition from the
+            # current event, so write to the partition's database as it would.
+            db = store._db_for_partition(partition)
+            if value is None:
+                store._key_index.pop(key, None)
+                db.delete(key)
             else:
-                store[key] = value
+                store._key_index[key] = partition
+                db.put(key, value)
+        elif value is None:
+            store.pop(key, None)
+        else:
+            store[key] = value
