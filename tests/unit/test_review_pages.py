@@ -469,6 +469,8 @@ async def test_the_board_lists_unknown_outcomes_apart_with_both_resolutions(
     assert "with an unknown outcome" in found  # in the live region's summary
     empty = await (await client.get("/?q=nothing-like-this")).text()
     assert "No unknown outcome matches." in empty
+    # The search box says it filters both lists.
+    assert '<label for="q">Search pending approvals and unknown outcomes</label>' in html
 
 
 async def test_an_unknown_outcome_s_page_offers_the_resolution_and_shows_its_history(
