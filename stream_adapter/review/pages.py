@@ -19,7 +19,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from stream_adapter.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.approvals import ApprovalRecord, ApprovalState, instant
 from stream_adapter.review.catalog import Catalog, ToolInfo, unit_of
 from stream_adapter.review.listing import Page, identical_calls, page_of
 from stream_adapter.review.view import Seen
@@ -78,14 +78,6 @@ class Moment:
     relative: str
 
 
-def _parse(stamp: str) -> datetime | None:
-    try:
-        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def ago(seconds: float) -> str:
     """`42 s ago`, `5 min ago`, `3 h ago`, `2 d ago` (the script uses the same steps)."""
     s = max(0, round(seconds))
@@ -100,7 +92,7 @@ def ago(seconds: float) -> str:
 
 def moment(stamp: str | None, now: datetime | None = None) -> Moment | None:
     """The one time format of every page; None for a missing or unreadable stamp."""
-    when = _parse(stamp) if stamp else None
+    when = instant(stamp) if stamp else None
     if when is None:
         return None
     utc = when.astimezone(UTC)

@@ -44,6 +44,7 @@ MODULE_LEVEL_ONLY = {
     "begin_run",
     "rerun",
     "run_age_s",
+    "instant",
     "rerun_after",
     "give_up",
     "apply_resolution",
