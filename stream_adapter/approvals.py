@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from stream_adapter import logs
 from stream_adapter._json import JSONError, loads
 from stream_adapter.envelope import Envelope
 from stream_adapter.errors import ApprovalConflict, ApprovalDenied, ApprovalExpired, ToolUsageError
@@ -54,6 +55,7 @@ __all__ = [
     "finish",
     "give_up",
     "instant",
+    "log_expired",
     "new_record",
     "next_step",
     "parse_decision",
@@ -445,6 +447,17 @@ def expire(record: ApprovalRecord, *, now: str | None = None) -> ApprovalRecord:
         update={"state": ApprovalState.EXPIRED, "reply": reply, "settled_at": now or utc_now()}
     )
 
+
+def log_expired(record: ApprovalRecord) -> None:
+    """Log that record expired, once its expired state is stored."""
+    logs.event(
+        logs.INFO,
+        "approval expired; nobody decided it in time",
+        tool=record.tool,
+        run_id=record.run_id,
+        call_id=record.call_id,
+        approval_id=record.approval_id,
+    )
 
 
 class Step(StrEnum):

@@ -45,6 +45,7 @@ MODULE_LEVEL_ONLY = {
     "rerun",
     "run_age_s",
     "instant",
+    "log_expired",
     "rerun_after",
     "give_up",
     "apply_resolution",
