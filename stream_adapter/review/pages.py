@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
@@ -449,6 +449,7 @@ def board_fragment(
     sent: Collection[str] = (),
     back: str = "/",
     unknown: Page | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> str:
     """The live part of the board: approved calls whose outcome is unknown (the first page of
     those matching the search), one page of pending approvals, and the recent decisions.
@@ -485,6 +486,7 @@ def board_fragment(
         csrf=csrf,
         back=back,
         page_url=page_url,
+        refused=dict(refused or {}),
     )
 
 
@@ -525,8 +527,10 @@ def detail_fragment(
     *,
     csrf: str,
     sent: bool = False,
+    refused: str | None = None,
 ) -> str:
-    """The live part of an approval's page: the call, its decision form, its history."""
+    """The live part of an approval's page: the call, its decision form, its history, and
+    why the worker refuses what was sent from here (`refused`), if it does."""
     twins = identical_calls(pending).get(record.approval_id) if record.state == "pending" else []
     raw = json.dumps(
         record.model_dump(mode="json", exclude_none=True), indent=2, ensure_ascii=False
@@ -538,6 +542,7 @@ def detail_fragment(
         raw=raw,
         csrf=csrf,
         back=approval_path(record.approval_id),
+        refused=refused,
     )
 
 

@@ -325,6 +325,7 @@ def _fragment(service: ReviewService, csrf: str, query: str = "", number: int = 
         sent=_sent(service, shown.items + unknown.items),
         back="/" + _board_params(query, shown.number),
         unknown=unknown,
+        refused=service.decider.refusals(),
     )
 
 
@@ -345,6 +346,7 @@ def _detail(service: ReviewService, record: ApprovalRecord, csrf: str) -> str:
         service.catalog,
         csrf=csrf,
         sent=_sent_one(service, record.approval_id),
+        refused=service.decider.refusals().get(record.approval_id),
     )
 
 
