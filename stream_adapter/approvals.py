@@ -17,10 +17,11 @@ import socket
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from stream_adapter import logs
 from stream_adapter._json import JSONError, loads
 from stream_adapter.envelope import Envelope
 from stream_adapter.errors import ApprovalConflict, ApprovalDenied, ApprovalExpired, ToolUsageError
@@ -53,6 +54,8 @@ __all__ = [
     "expiry_due",
     "finish",
     "give_up",
+    "instant",
+    "log_expired",
     "new_record",
     "next_step",
     "parse_decision",
@@ -104,6 +107,25 @@ redelivered from its topic always finds its record."""
 def utc_now() -> str:
     """The current time as an ISO 8601 UTC string, the form records store."""
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def instant(text: str) -> datetime | None:
+    """An ISO 8601 time as an aware datetime (naive ones taken as UTC); None if unreadable."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _readable_time(text: str) -> str:
+    if instant(text) is None:
+        raise ValueError("not an ISO 8601 time")
+    return text
+
+
+IsoTime = Annotated[str, AfterValidator(_readable_time)]
+"""A time field kept as the string it came as, refused unless `instant` reads it."""
 
 
 class ApprovalRecord(BaseModel):
@@ -167,14 +189,7 @@ class Decision(BaseModel):
     approved: bool
     reviewer: str = Field(min_length=1, max_length=256)
     reason: str | None = Field(default=None, max_length=4096)
-    decided_at: str | None = None
-
-    @field_validator("decided_at")
-    @classmethod
-    def _iso(cls, value: str | None) -> str | None:
-        if value is not None:
-            datetime.fromisoformat(value)  # ValueError -> ValidationError
-        return value
+    decided_at: IsoTime | None = None
 
 
 class Resolution(BaseModel):
@@ -189,14 +204,7 @@ class Resolution(BaseModel):
     reviewer: str = Field(min_length=1, max_length=256)
     result: Any = None
     reason: str | None = Field(default=None, max_length=4096)
-    decided_at: str | None = None
-
-    @field_validator("decided_at")
-    @classmethod
-    def _iso(cls, value: str | None) -> str | None:
-        if value is not None:
-            datetime.fromisoformat(value)  # ValueError -> ValidationError
-        return value
+    decided_at: IsoTime | None = None
 
 
 def _message(value: bytes | str | Mapping[str, Any]) -> Any:
@@ -360,9 +368,9 @@ def same_resolution(record: ApprovalRecord, resolution: Resolution) -> bool:
 
 def run_age_s(record: ApprovalRecord, now: datetime | None = None) -> float:
     """Seconds since record's last run started (infinite when it does not say)."""
-    if record.started_at is None:
+    started = None if record.started_at is None else instant(record.started_at)
+    if started is None:
         return float("inf")
-    started = datetime.fromisoformat(record.started_at.replace("Z", "+00:00"))
     return ((now or datetime.now(UTC)) - started).total_seconds()
 
 
@@ -377,24 +385,15 @@ def finish(record: ApprovalRecord, reply: Reply, *, now: str | None = None) -> A
     )
 
 
-def _instant(text: str) -> datetime | None:
-    """An ISO 8601 time as an aware datetime (naive ones taken as UTC); None if unreadable."""
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 def settled_at(record: ApprovalRecord) -> datetime | None:
     """When record settled; None while it is not settled. A record written before
     `settled_at` was kept counts from its latest known time."""
     if record.state not in SETTLED_STATES:
         return None
     if record.settled_at is not None:
-        return _instant(record.settled_at)
+        return instant(record.settled_at)
     known = (record.resolved_at, record.started_at, record.decided_at, record.requested_at)
-    times = [t for t in (_instant(x) for x in known if x) if t is not None]
+    times = [t for t in (instant(x) for x in known if x) if t is not None]
     return max(times) if times else None
 
 
@@ -414,7 +413,7 @@ def expiry_due(record: ApprovalRecord, expiry_s: float | None, now: datetime | N
     """Whether record is pending and nobody decided it within expiry_s (None: never expires)."""
     if expiry_s is None or record.state is not ApprovalState.PENDING:
         return False
-    requested = _instant(record.requested_at)
+    requested = instant(record.requested_at)
     if requested is None:
         return False
     return ((now or datetime.now(UTC)) - requested).total_seconds() >= expiry_s
@@ -446,6 +445,18 @@ def expire(record: ApprovalRecord, *, now: str | None = None) -> ApprovalRecord:
     )
     return record.model_copy(
         update={"state": ApprovalState.EXPIRED, "reply": reply, "settled_at": now or utc_now()}
+    )
+
+
+def log_expired(record: ApprovalRecord) -> None:
+    """Log that record expired, once its expired state is stored."""
+    logs.event(
+        logs.INFO,
+        "approval expired; nobody decided it in time",
+        tool=record.tool,
+        run_id=record.run_id,
+        call_id=record.call_id,
+        approval_id=record.approval_id,
     )
 
 

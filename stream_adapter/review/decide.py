@@ -23,6 +23,8 @@ from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys, announce
 
 LANDED_TIMEOUT_S = 5.0
+MAX_REFUSALS = 50
+"""Refusals a Decider keeps to show (the latest)."""
 
 
 def decision_message(
@@ -108,6 +110,24 @@ class Decider:
         self.writer = writer
         self._sent: dict[str, Decision] = {}
         self._resolving: dict[str, Resolution] = {}
+        self._resolved_before: dict[str, str | None] = {}
+        self._refused: dict[str, str] = {}
+
+    def _refuse(self, approval_id: str, why: str) -> None:
+        self._refused.pop(approval_id, None)
+        self._refused[approval_id] = why
+        while len(self._refused) > MAX_REFUSALS:
+            del self._refused[next(iter(self._refused))]
+
+    def refusals(self) -> dict[str, str]:
+        """Why the worker refuses what this process sent, by approval_id (the latest
+        MAX_REFUSALS), as far as the view shows it: the approval left the state the decision
+        or resolution was for, or another one came first."""
+        for approval_id in list(self._sent):
+            self.sent(approval_id)
+        for approval_id in list(self._resolving):
+            self.resolution_sent(approval_id)
+        return dict(self._refused)
 
     def sent(self, approval_id: str) -> Decision | None:
         """The decision this process wrote for approval_id and the view does not show yet."""
@@ -119,6 +139,15 @@ class Decider:
             and record.state is not ApprovalState.PENDING
         ):
             del self._sent[approval_id]
+            if record.reviewer != decision.reviewer or (
+                (record.state is ApprovalState.DENIED) == decision.approved
+            ):
+                by = f" by {record.reviewer}" if record.reviewer else ""
+                self._refuse(approval_id, f"Not decided: approval is {record.state}{by}")
+            return None
+        if decision is not None and record is None:
+            del self._sent[approval_id]
+            self._refuse(approval_id, "Not decided: no such approval")
             return None
         return decision
 
@@ -158,6 +187,7 @@ class Decider:
         except ValidationError:
             raise ToolUsageError("a reason is at most 4096 characters") from None
         self._sent[approval_id] = decision
+        self._refused.pop(approval_id, None)
         try:
             await self.writer.write(decision)
         except BrokerError:
@@ -184,14 +214,30 @@ class Decider:
         """The resolution this process wrote for approval_id and the view does not show yet."""
         resolution = self._resolving.get(approval_id)
         record = self.view.get(approval_id)
-        if (
-            resolution is not None
-            and record is not None
-            and record.resolved_at == resolution.decided_at
-        ):
-            del self._resolving[approval_id]
+        if resolution is None:
+            return None
+        if record is not None and record.resolved_at == resolution.decided_at:
+            self._forget_resolution(approval_id)
+            return None
+        if record is None:
+            self._forget_resolution(approval_id)
+            self._refuse(approval_id, "Not resolved: no such approval")
+            return None
+        before = self._resolved_before.get(approval_id)
+        if record.state is not ApprovalState.UNKNOWN or record.resolved_at != before:
+            # Another resolution landed first: the worker refuses this one.
+            self._forget_resolution(approval_id)
+            by = f" by {record.resolved_by}" if record.resolved_by else ""
+            self._refuse(
+                approval_id,
+                f"Not resolved: another resolution came first{by}; approval is {record.state}",
+            )
             return None
         return resolution
+
+    def _forget_resolution(self, approval_id: str) -> None:
+        self._resolving.pop(approval_id, None)
+        self._resolved_before.pop(approval_id, None)
 
     def check_unknown(self, approval_id: str, resolution: Literal["ran", "not_run"]) -> None:
         """Raise unless a resolution may be written now: the view shows the record unknown,
@@ -236,11 +282,14 @@ class Decider:
             )
         except ValidationError:
             raise ToolUsageError("a reason is at most 4096 characters") from None
+        current = self.view.get(approval_id)
+        self._resolved_before[approval_id] = None if current is None else current.resolved_at
         self._resolving[approval_id] = resolution
+        self._refused.pop(approval_id, None)
         try:
             await self.writer.write(resolution)
         except BrokerError:
-            del self._resolving[approval_id]
+            self._forget_resolution(approval_id)
             raise
         logs.event(logs.INFO, "resolution written", approval_id=approval_id, resolution=kind)
 
@@ -250,5 +299,5 @@ class Decider:
 
         if not await self.view.wait_for(landed, wait_s):
             return Resolved(resolution, None)
-        self._resolving.pop(approval_id, None)
+        self._forget_resolution(approval_id)
         return Resolved(resolution, self.view.get(approval_id))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
@@ -19,7 +19,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from stream_adapter.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.approvals import ApprovalRecord, ApprovalState, instant
 from stream_adapter.review.catalog import Catalog, ToolInfo, unit_of
 from stream_adapter.review.listing import Page, identical_calls, page_of
 from stream_adapter.review.view import Seen
@@ -78,14 +78,6 @@ class Moment:
     relative: str
 
 
-def _parse(stamp: str) -> datetime | None:
-    try:
-        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def ago(seconds: float) -> str:
     """`42 s ago`, `5 min ago`, `3 h ago`, `2 d ago` (the script uses the same steps)."""
     s = max(0, round(seconds))
@@ -100,7 +92,7 @@ def ago(seconds: float) -> str:
 
 def moment(stamp: str | None, now: datetime | None = None) -> Moment | None:
     """The one time format of every page; None for a missing or unreadable stamp."""
-    when = _parse(stamp) if stamp else None
+    when = instant(stamp) if stamp else None
     if when is None:
         return None
     utc = when.astimezone(UTC)
@@ -457,6 +449,7 @@ def board_fragment(
     sent: Collection[str] = (),
     back: str = "/",
     unknown: Page | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> str:
     """The live part of the board: approved calls whose outcome is unknown (the first page of
     those matching the search), one page of pending approvals, and the recent decisions.
@@ -493,6 +486,7 @@ def board_fragment(
         csrf=csrf,
         back=back,
         page_url=page_url,
+        refused=dict(refused or {}),
     )
 
 
@@ -533,8 +527,10 @@ def detail_fragment(
     *,
     csrf: str,
     sent: bool = False,
+    refused: str | None = None,
 ) -> str:
-    """The live part of an approval's page: the call, its decision form, its history."""
+    """The live part of an approval's page: the call, its decision form, its history, and
+    why the worker refuses what was sent from here (`refused`), if it does."""
     twins = identical_calls(pending).get(record.approval_id) if record.state == "pending" else []
     raw = json.dumps(
         record.model_dump(mode="json", exclude_none=True), indent=2, ensure_ascii=False
@@ -546,6 +542,7 @@ def detail_fragment(
         raw=raw,
         csrf=csrf,
         back=approval_path(record.approval_id),
+        refused=refused,
     )
 
 

@@ -26,7 +26,6 @@ from stream_adapter._json import JSONError, loads
 from stream_adapter.approvals import ApprovalRecord, ApprovalState
 from stream_adapter.errors import (
     AdapterError,
-    ApprovalConflict,
     ApprovalNotFound,
     ToolUsageError,
     problem,
@@ -326,6 +325,7 @@ def _fragment(service: ReviewService, csrf: str, query: str = "", number: int = 
         sent=_sent(service, shown.items + unknown.items),
         back="/" + _board_params(query, shown.number),
         unknown=unknown,
+        refused=service.decider.refusals(),
     )
 
 
@@ -346,6 +346,7 @@ def _detail(service: ReviewService, record: ApprovalRecord, csrf: str) -> str:
         service.catalog,
         csrf=csrf,
         sent=_sent_one(service, record.approval_id),
+        refused=service.decider.refusals().get(record.approval_id),
     )
 
 
@@ -438,34 +439,56 @@ def _with_notice(back: str, word: str) -> str:
     return str(url.update_query(notice=word))
 
 
+@dataclass(frozen=True, slots=True)
+class _Posted:
+    """A CSRF-checked form posted about one approval, and where its answer goes."""
+
+    request: web.Request
+    service: ReviewService
+    session: Session
+    form: Mapping[str, Any]
+    approval_id: str
+    back: str
+
+    def again(self, alert: str, status: int) -> web.Response:
+        """The page the form came from again, with alert, answered with status."""
+        if self.back.startswith("/approvals/"):
+            return _approval_page(self.request, self.approval_id, alert=alert, status=status)
+        return _page(self.request, alert=alert, status=status)
+
+
+async def _posted(request: web.Request) -> _Posted | web.Response:
+    """The posted form of an approval's route, or the 403 page when its CSRF token fails."""
+    form = await request.post()
+    approval_id = request.match_info["approval_id"]
+    posted = _Posted(
+        request, _service(request), request[SESSION], form, approval_id, _back(form, approval_id)
+    )
+    try:
+        posted.service.sessions.check_csrf(posted.session, str(form.get("csrf", "")))
+    except Forbidden as exc:
+        return posted.again(exc.detail, 403)
+    return posted
+
+
 @auth("page")
 async def decide_form(request: web.Request) -> web.StreamResponse:
     """Approve or deny from a page; 409 with a message when the approval is not pending."""
-    service = _service(request)
-    session: Session = request[SESSION]
-    form = await request.post()
-    approval_id = request.match_info["approval_id"]
-    back = _back(form, approval_id)
-
-    def again(alert: str, status: int) -> web.Response:
-        if back.startswith("/approvals/"):
-            return _approval_page(request, approval_id, alert=alert, status=status)
-        return _page(request, alert=alert, status=status)
-
-    try:
-        service.sessions.check_csrf(session, str(form.get("csrf", "")))
-    except Forbidden as exc:
-        return again(exc.detail, 403)
+    posted = await _posted(request)
+    if isinstance(posted, web.Response):
+        return posted
+    form, again = posted.form, posted.again
     verdict = form.get("decision")
     if verdict not in ("approve", "deny"):
         return again("Choose Approve or Deny.", 400)
     reason = str(form.get("reason", "")).strip() or None
     try:
-        outcome = await service.decider.decide(
-            approval_id, approved=verdict == "approve", reviewer=session.name, reason=reason
+        outcome = await posted.service.decider.decide(
+            posted.approval_id,
+            approved=verdict == "approve",
+            reviewer=posted.session.name,
+            reason=reason,
         )
-    except ApprovalConflict as exc:
-        return again(f"Not decided: {exc.detail}.", 409)
     except AdapterError as exc:
         return again(f"Not decided: {exc.detail}.", exc.status)
     word = (
@@ -473,7 +496,7 @@ async def decide_form(request: web.Request) -> web.StreamResponse:
         if outcome.record is None
         else ("approved" if outcome.decision.approved else "denied")
     )
-    return _redirect(_with_notice(back, word))
+    return _redirect(_with_notice(posted.back, word))
 
 
 MAX_RESULT_BYTES = 16384
@@ -484,21 +507,10 @@ MAX_RESULT_BYTES = 16384
 async def resolve_form(request: web.Request) -> web.StreamResponse:
     """Resolve an unknown outcome from a page: "it ran" (with an optional JSON result) or
     "it did not run"; 409 with a message when the outcome is not unknown (any more)."""
-    service = _service(request)
-    session: Session = request[SESSION]
-    form = await request.post()
-    approval_id = request.match_info["approval_id"]
-    back = _back(form, approval_id)
-
-    def again(alert: str, status: int) -> web.Response:
-        if back.startswith("/approvals/"):
-            return _approval_page(request, approval_id, alert=alert, status=status)
-        return _page(request, alert=alert, status=status)
-
-    try:
-        service.sessions.check_csrf(session, str(form.get("csrf", "")))
-    except Forbidden as exc:
-        return again(exc.detail, 403)
+    posted = await _posted(request)
+    if isinstance(posted, web.Response):
+        return posted
+    form, again = posted.form, posted.again
     kind = form.get("resolution")
     if kind not in ("ran", "not_run"):
         return again("Choose “It ran” or “It did not run”.", 400)
@@ -511,15 +523,17 @@ async def resolve_form(request: web.Request) -> web.StreamResponse:
         return again(f"Not resolved: the result must be JSON ({exc}).", 400)
     reason = str(form.get("reason", "")).strip() or None
     try:
-        outcome = await service.decider.resolve(
-            approval_id, ran=kind == "ran", reviewer=session.name, result=result, reason=reason
+        outcome = await posted.service.decider.resolve(
+            posted.approval_id,
+            ran=kind == "ran",
+            reviewer=posted.session.name,
+            result=result,
+            reason=reason,
         )
-    except ApprovalConflict as exc:
-        return again(f"Not resolved: {exc.detail}.", 409)
     except AdapterError as exc:
         return again(f"Not resolved: {exc.detail}.", exc.status)
     word = "resolution_sent" if outcome.record is None else str(kind)
-    return _redirect(_with_notice(back, word))
+    return _redirect(_with_notice(posted.back, word))
 
 
 @auth("login")

@@ -22,6 +22,7 @@ from stream_adapter.approvals import (
     ApprovalState,
     expire,
     expiry_due,
+    log_expired,
     retention_due,
 )
 from stream_adapter.errors import AdapterError
@@ -110,7 +111,7 @@ class AgingStore(ABC):
                 return record
             expired = expire(record)
             if await self._swap(expired, record):
-                _log_expired(expired)
+                log_expired(expired)
                 return expired
             record = await self._load(record.approval_id)  # decided meanwhile
         return None
@@ -138,7 +139,7 @@ class AgingStore(ABC):
                 if expiry_due(record, expiry_s, now):
                     expired = expire(record)
                     if await self._swap(expired, record):
-                        _log_expired(expired)
+                        log_expired(expired)
                         changed += 1
         if changed:
             logs.event(logs.INFO, "approval store swept", records=changed)
@@ -155,14 +156,3 @@ class AgingStore(ABC):
             await self.sweep()
         except AdapterError as exc:
             logs.event(logs.WARNING, "approval store sweep failed", error_kind=exc.kind)
-
-
-def _log_expired(record: ApprovalRecord) -> None:
-    logs.event(
-        logs.INFO,
-        "approval expired; nobody decided it in time",
-        tool=record.tool,
-        run_id=record.run_id,
-        call_id=record.call_id,
-        approval_id=record.approval_id,
-    )

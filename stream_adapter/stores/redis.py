@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from stream_adapter.approvals import SETTLED_STATES, ApprovalRecord, ApprovalState
+from stream_adapter.approvals import SETTLED_STATES, ApprovalRecord, ApprovalState, instant
 from stream_adapter.runners import LoopLocal
 from stream_adapter.stores._cas import CompareAndSetStore
 from stream_adapter.stores._common import unavailable_on
@@ -83,10 +82,8 @@ def _score(record: ApprovalRecord) -> float:
 
 def _score_of(moment: str) -> float:
     """An ISO 8601 time as epoch milliseconds (0 when unreadable)."""
-    try:
-        return datetime.fromisoformat(moment).timestamp() * 1000
-    except ValueError:
-        return 0.0
+    at = instant(moment)
+    return 0.0 if at is None else at.timestamp() * 1000
 
 
 class RedisApprovalStore(CompareAndSetStore):

@@ -33,6 +33,7 @@ from stream_adapter.approvals import (
     expiry_due,
     finish,
     give_up,
+    log_expired,
     new_record,
     next_step,
     parse_reviewer_message,
@@ -246,14 +247,7 @@ class ApprovalFlow:
         expired = expire(record)
         assert expired.reply is not None
         await self.table.put(expired, partition)
-        logs.event(
-            logs.INFO,
-            "approval expired; nobody decided it in time",
-            tool=record.tool,
-            run_id=record.run_id,
-            call_id=record.call_id,
-            approval_id=record.approval_id,
-        )
+        log_expired(expired)
         await self.ctx.outputs.reply(expired.reply, message_id=record.message_id, headers=trace)
         return expired
 

@@ -42,6 +42,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from stream_adapter.approvals import instant
 from stream_adapter.loopwatch import LAG_BUCKETS_S, NOT_A_TOOL, LoopWatch
 from stream_adapter.stream.engine import Stall, StuckPartition
 
@@ -191,12 +192,10 @@ class Metrics:
         """Observe how long a parked call waited for its (first) decision."""
         if decided_at is None:
             return
-        try:
-            waited = (
-                datetime.fromisoformat(decided_at) - datetime.fromisoformat(requested_at)
-            ).total_seconds()
-        except ValueError:
+        decided, requested = instant(decided_at), instant(requested_at)
+        if decided is None or requested is None:
             return
+        waited = (decided - requested).total_seconds()
         verdict = "approved" if approved else "denied"
         self.approval_wait.labels(self.label(tool), verdict).observe(max(0.0, waited))
 
@@ -252,10 +251,10 @@ def pending_approvals(values: Iterable[bytes]) -> Pending:
         except (orjson.JSONDecodeError, AttributeError):
             continue
         count += 1
-        try:
-            requested = datetime.fromisoformat(record["requested_at"]).timestamp()
-        except (KeyError, TypeError, ValueError):
+        at = instant(str(record.get("requested_at")))
+        if at is None:
             continue
+        requested = at.timestamp()
         oldest = requested if oldest is None else min(oldest, requested)
     return Pending(count, oldest)
 
@@ -275,8 +274,10 @@ def unknown_outcomes(values: Iterable[bytes], now: datetime | None = None) -> tu
             if record.get("state") != "unknown":
                 continue
             count += 1
-            since = datetime.fromisoformat(str(record.get("unknown_at")).replace("Z", "+00:00"))
-        except (orjson.JSONDecodeError, AttributeError, ValueError):
+        except (orjson.JSONDecodeError, AttributeError):
+            continue
+        since = instant(str(record.get("unknown_at")))
+        if since is None:
             continue
         oldest = since if oldest is None or since < oldest else oldest
     if oldest is None:

@@ -135,7 +135,7 @@ def card(tab: Any, approval_id: str) -> Any:
 
 
 async def search(tab: Any, text: str) -> None:
-    await tab.get_by_label("Search pending approvals").fill(text)
+    await tab.get_by_label("Search pending approvals and unknown outcomes").fill(text)
     async with tab.expect_navigation():
         await tab.get_by_role("button", name="Search").click()
 
@@ -370,7 +370,9 @@ async def test_search_and_pages_past_fifty_pending(
         await pager.get_by_role("link", name="Next 50").click()
     await expect(tab.locator("article[data-approval-id]")).to_have_count(5)
     await expect(pager).to_contain_text("Showing 51\u201355 of 55 (page 2 of 2)")
-    await expect(tab.get_by_label("Search pending approvals")).to_have_value(prefix)
+    await expect(tab.get_by_label("Search pending approvals and unknown outcomes")).to_have_value(
+        prefix
+    )
     second = await customers_shown(tab)
     await shots(tab, "page-2")
     assert len(first) == 50 and len(second) == 5

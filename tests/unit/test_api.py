@@ -44,6 +44,8 @@ MODULE_LEVEL_ONLY = {
     "begin_run",
     "rerun",
     "run_age_s",
+    "instant",
+    "log_expired",
     "rerun_after",
     "give_up",
     "apply_resolution",

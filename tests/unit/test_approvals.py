@@ -121,3 +121,18 @@ def test_bad_decisions(value: bytes) -> None:
 def test_decisions_fail_only_with_usage_errors(value: bytes) -> None:
     with contextlib.suppress(ToolUsageError):
         parse_decision(value)
+
+
+def test_one_reading_of_times_for_records_decisions_and_stores() -> None:
+    from datetime import UTC, datetime
+
+    from stream_adapter.approvals import Decision, instant
+
+    at = datetime(2024, 1, 1, 0, 5, tzinfo=UTC)
+    assert instant("2024-01-01T00:05:00.000Z") == at
+    assert instant("2024-01-01T01:05:00+01:00") == at
+    assert instant("2024-01-01T00:05:00") == at  # naive: taken as UTC
+    assert instant("yesterday") is None
+    assert Decision(approval_id="a", approved=True, reviewer="r", decided_at="2024-01-01T00:05Z")
+    with pytest.raises(ValueError, match="ISO 8601"):
+        Decision(approval_id="a", approved=True, reviewer="r", decided_at="yesterday")

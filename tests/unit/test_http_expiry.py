@@ -7,8 +7,6 @@ from its environment, as a deployment would.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 
@@ -16,52 +14,16 @@ import httpx
 import pytest
 
 from tests.harness import wait_for
-from tests.services import _free_port
-from tests.unit.test_http_server import (
-    ROOT,
-    bearer,
-    invoice,
-    ledger_calls,
-    server_env,
-    tokens,
-    wait_listening,
-)
 from tests.unit.test_http_server import Server as HttpServer
+from tests.unit.test_http_server import bearer, invoice, ledger_calls, serving
 
 
 @pytest.fixture
 def server(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
-    tmp = tmp_path_factory.mktemp("http-expiry")
-    callers, reviewers = tokens(tmp)
     store_url = f"{redis_server}#expiry-{uuid.uuid4().hex[:12]}"
-    env = {**server_env(tmp, store_url), "STREAM_ADAPTER_PENDING_EXPIRY_S": "1"}
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "uvicorn", "examples.http_server:app"),
-            *("--host", "127.0.0.1", "--port", str(port), "--no-access-log"),
-        ],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_listening(url, proc)
-        yield HttpServer(
-            url,
-            callers["agent-1"],
-            callers["agent-2"],
-            reviewers["rita"],
-            reviewers["ann"],
-            store_url,
-            tmp / "ledger.jsonl",
-            env,
-        )
-    finally:
-        proc.terminate()
-        proc.wait(20)
+    tmp = tmp_path_factory.mktemp("http-expiry")
+    with serving(tmp, store_url, STREAM_ADAPTER_PENDING_EXPIRY_S="1") as running:
+        yield running
 
 
 async def test_an_expired_approval_is_410_to_its_agent_and_409_to_a_late_reviewer(

@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,12 +86,13 @@ def wait_listening(url: str, proc: subprocess.Popen[bytes]) -> None:
     raise AssertionError(f"uvicorn did not listen within {START_TIMEOUT_S} s")
 
 
-@pytest.fixture(scope="module")
-def server(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("http")
+@contextmanager
+def serving(tmp: Path, store_url: str, **settings: str) -> Iterator[Server]:
+    """The tool server in a uvicorn process over the store at store_url, with callers,
+    reviewers and a ledger in tmp and settings (`STREAM_ADAPTER_*`) added to its environment;
+    stopped cleanly when the block ends."""
     callers, reviewers = tokens(tmp)
-    store_url = f"{redis_server}#http-{uuid.uuid4().hex[:12]}"
-    env = server_env(tmp, store_url)
+    env = {**server_env(tmp, store_url), **settings}
     port = _free_port()
     proc = subprocess.Popen(
         [
@@ -120,6 +122,13 @@ def server(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         _, err = proc.communicate(timeout=20)
         # uvicorn re-raises the signal once it has shut down cleanly (lifespan included).
         assert "Application shutdown complete" in err.decode(), err.decode()[-2000:]
+
+
+@pytest.fixture(scope="module")
+def server(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    store_url = f"{redis_server}#http-{uuid.uuid4().hex[:12]}"
+    with serving(tmp_path_factory.mktemp("http"), store_url) as running:
+        yield running
 
 
 @pytest.fixture

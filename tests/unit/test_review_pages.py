@@ -469,6 +469,8 @@ async def test_the_board_lists_unknown_outcomes_apart_with_both_resolutions(
     assert "with an unknown outcome" in found  # in the live region's summary
     empty = await (await client.get("/?q=nothing-like-this")).text()
     assert "No unknown outcome matches." in empty
+    # The search box says it filters both lists.
+    assert '<label for="q">Search pending approvals and unknown outcomes</label>' in html
 
 
 async def test_an_unknown_outcome_s_page_offers_the_resolution_and_shows_its_history(
@@ -550,3 +552,57 @@ async def test_a_resolution_of_anything_but_an_unknown_outcome_is_refused(
     html = await response.text()
     assert "Not resolved" in html and message in html
     assert 'id="unknown-h"' in html  # back on the board, with the message
+
+
+class _Written:
+    """A decisions writer that keeps what it is given (the worker's side is the view)."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+
+    async def write(self, message: Any) -> None:
+        self.messages.append(message)
+
+
+async def test_a_decision_or_resolution_the_worker_refuses_says_so_and_why(
+    signed_in: tuple[Http, str], service: ReviewService
+) -> None:
+    client, _ = signed_in
+    decider = service.decider
+    decider.writer = _Written()  # type: ignore[assignment]
+    # A decision sent while pending; the approval expires before the worker applies it.
+    await decider.decide("appr_0001", approved=True, reviewer="ann", wait_s=0.01)
+    board = await (await client.get("/")).text()
+    assert "Decision sent; waiting for the worker." in board
+    service.view.records["appr_0001"] = record(
+        1, state=ApprovalState.EXPIRED, settled_at="2024-01-01T01:00:00.000Z"
+    )
+    board = await (await client.get("/")).text()
+    assert 'data-refused="appr_0001"' in board
+    assert "Not decided: approval is expired." in board
+    page = await (await client.get("/approvals/appr_0001")).text()
+    assert 'role="alert" data-refused="appr_0001">Not decided: approval is expired.' in page
+    # A resolution sent while unknown; another reviewer's lands first, so this one is refused.
+    service.view.records["appr_unknown_1"] = unknown_record(1)
+    await decider.resolve("appr_unknown_1", ran=True, reviewer="ann", result=1, wait_s=0.01)
+    board = await (await client.get("/")).text()
+    assert "Resolution sent; waiting for the worker." in board
+    service.view.records["appr_unknown_1"] = unknown_record(
+        1,
+        state=ApprovalState.DONE,
+        resolution="ran",
+        resolved_by="bob",
+        resolved_at="2024-01-01T00:30:00.000Z",
+        reply={"status": "ok", "result": 2, "resolved_by": "bob"},
+    )
+    board = await (await client.get("/")).text()
+    assert "Resolution sent; waiting for the worker." not in board
+    why = "Not resolved: another resolution came first by bob; approval is done."
+    assert why in board
+    assert why in await (await client.get("/approvals/appr_unknown_1")).text()
+    # What lands as sent is no refusal.
+    await decider.decide("appr_0002", approved=False, reviewer="ann", wait_s=0.01)
+    service.view.records["appr_0002"] = record(
+        2, state=ApprovalState.DENIED, reviewer="ann", decided_at="2024-01-01T00:10:00.000Z"
+    )
+    assert "appr_0002" not in decider.refusals()
