@@ -248,7 +248,7 @@ def answers(bootstrap: str, timeout_s: float = 3.0, **options: Any) -> bool:
             # its own; nothing cancels this probe's private loop, so it is a "no" too.
             return False
         finally:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
+            with contextlib.suppress(Exception):
                 await admin.close()
 
     try:
