@@ -243,9 +243,7 @@ def answers(bootstrap: str, timeout_s: float = 3.0, **options: Any) -> bool:
             await asyncio.wait_for(admin.start(), timeout_s)
             await asyncio.wait_for(admin.describe_cluster(), timeout_s)
             return True
-        except (Exception, asyncio.CancelledError):
-            # aiokafka can end a request to a broker still starting with a CancelledError of
-            # its own; nothing cancels this probe's private loop, so it is a "no" too.
+        except Exception:
             return False
         finally:
             with contextlib.suppress(Exception):
