@@ -74,7 +74,12 @@ async def _chaos_with_progress(run: ChaosRun) -> Any:
     from .scenario import broker_faults
 
     scaling = 2 if run.options.scale else 0
-    planned = run.options.kills + scaling + len(broker_faults(run.options, run.broker.restartable))
+    planned = (
+        run.options.kills
+        + len(run.options.running_kills)
+        + scaling
+        + len(broker_faults(run.options, run.broker.restartable))
+    )
 
     def describe(elapsed_s: float) -> str:
         return (
@@ -113,6 +118,22 @@ _workdir = click.option(
 @click.option("--calls", type=click.IntRange(1, 1_000_000), default=5000, show_default=True)
 @click.option("--rate", type=click.FloatRange(1), default=40.0, show_default=True, help="Calls/s.")
 @click.option("--kills", type=click.IntRange(0, 50), default=3, show_default=True)
+@click.option(
+    "--kill-while-running/--no-kill-while-running",
+    default=True,
+    show_default=True,
+    help="Per approved tool (send_invoice, wire_funds), one SIGKILL of the worker running one "
+    "of its calls, besides --kills.",
+)
+@click.option(
+    "--tool-latency",
+    "tool_latency_s",
+    type=click.FloatRange(0),
+    default=0.4,
+    show_default=True,
+    help="Seconds the demo's approved tools take (their external API), the window a kill "
+    "while one runs hits.",
+)
 @click.option(
     "--guarantee",
     type=click.Choice(["at_least_once", "exactly_once"]),
@@ -158,6 +179,8 @@ def chaos(
     calls: int,
     rate: float,
     kills: int,
+    kill_while_running: bool,
+    tool_latency_s: float,
     guarantee: str,
     partitions: int,
     session_timeout: float,
@@ -176,9 +199,10 @@ def chaos(
 
     from stream_adapter import logs
 
+    from .load import APPROVED
     from .observe import quiet_kafka_logs
     from .report import render
-    from .scenario import ChaosOptions, ChaosRun
+    from .scenario import KILL_RUNNING, ChaosOptions, ChaosRun
 
     logs.configure_logging("INFO")  # the faults and resends as they happen, with their fields
     quiet_kafka_logs()
@@ -187,6 +211,8 @@ def chaos(
         calls=calls,
         rate=rate,
         kills=kills,
+        running_kills=tuple(APPROVED) if kill_while_running else (),
+        tool_latency_s=tool_latency_s,
         broker_restart=not no_broker_restart,
         guarantee=guarantee,
         partitions=partitions,
@@ -212,11 +238,15 @@ def chaos(
     render(figures, Console())
     _write_json(json_path, {"options": dataclasses.asdict(options), "figures": figures.to_json()})
     worker_faults = {"worker SIGKILL", "scale-up 1->2", "scale-down 2->1"}
+    worker_faults |= set(KILL_RUNNING)
     restarts = sum(1 for f in figures.faults if f.kind not in worker_faults)
+    landed = ", ".join(f"{name} {k.kills_landed}" for name, k in figures.killed.items())
     click.echo(
         f"chaos {'PASSED' if figures.passed else 'FAILED'} ({figures.guarantee}): "
         f"{figures.calls} calls in {figures.duration_s:.0f} s, {figures.worker_kills} worker "
-        f"kill(s), {restarts} broker fault(s); {figures.calls_without_terminal_reply} without "
+        f"kill(s) (landed on a running approved call: {landed}; planned ones that found none: "
+        f"{figures.planned_running_kills_missed}), {restarts} broker fault(s); "
+        f"{figures.calls_without_terminal_reply} without "
         f"a final reply, {figures.approved_runs_twice} approved run twice, "
         f"{figures.idempotent_unknown} idempotent approved unknown, final lag "
         f"{figures.final_lag}, longest time without a reply {figures.longest_reply_gap_s:.1f} s; "

@@ -55,11 +55,15 @@ class BrokerControl:
             raise BrokerError("a broker given by --broker cannot be killed by this run")
         await asyncio.to_thread(local.stop, self.config, kill=True)
 
-    async def start_again(self) -> None:
-        """Start the killed broker on the same ports and data; returns once it answers."""
+    async def start_again(self, timeout_s: float = 300.0) -> None:
+        """Start the killed broker on the same ports and data; returns once it answers.
+
+        It may take minutes on a busy machine (the JVM's start and the log recovery after a
+        SIGKILL), and a supervisor would keep waiting too.
+        """
         if self.config is None:
             raise BrokerError("a broker given by --broker cannot be restarted by this run")
-        await asyncio.to_thread(local.start, self.config)
+        await asyncio.to_thread(local.start, self.config, timeout_s=timeout_s)
 
     async def stop(self) -> None:
         if self.config is not None:

@@ -68,7 +68,8 @@ class CallSpec:
         )
 
 
-def _arguments(tool: str, rng: random.Random, call_id: str) -> dict[str, Any]:
+def call_arguments(tool: str, rng: random.Random, call_id: str) -> dict[str, Any]:
+    """Arguments for a call of tool as the mix draws them."""
     if tool == "echo":
         return {"n": rng.randrange(1 << 30), "text": "x" * rng.randrange(64)}
     if tool == "flaky":  # at most 2 failures: the third attempt (the default) succeeds
@@ -90,7 +91,7 @@ def call_mix(count: int, rng: random.Random, *, runs: int | None = None) -> list
     out = []
     for i, tool in enumerate(tools):
         call_id = f"call-{i:06d}-{uuid.UUID(int=rng.getrandbits(128)).hex[:12]}"
-        out.append(CallSpec(tool, _arguments(tool, rng, call_id), rng.choice(run_ids), call_id))
+        out.append(CallSpec(tool, call_arguments(tool, rng, call_id), rng.choice(run_ids), call_id))
     return out
 
 

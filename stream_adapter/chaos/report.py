@@ -8,7 +8,13 @@ Definitions (docs/chaos.md):
 - duplicate replies are replies beyond the first `pending_approval` and the first terminal one;
 - per approved tool: a call ended `unknown` when its first terminal reply is `already_done` with
   `outcome: "unknown"`, and normally otherwise; its effects are its ledger lines (an idempotent
-  tool must have exactly one per approved call, and no call may have more than one).
+  tool must have exactly one per approved call, and no call may have more than one);
+- a run cut off by a SIGKILL is a confirm tool's run that the demo's run journal shows started
+  in the killed process and not ended; a kill landed on a tool when it cut off at least one of
+  its runs; a kill planned while a tool runs found none when it cut off none of that tool's
+  runs (or never found one to kill). The calls cut off must end as their tool's rule says: an
+  idempotent tool's normally (run again) with one effect, another's `unknown` (no second run),
+  and none with two effects.
 """
 
 from __future__ import annotations
@@ -63,6 +69,14 @@ class ApprovedTool:
         return self.ended_unknown == 0 and self.effects_one == self.approved
 
 
+def _first_terminal(replies: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((r for r in replies if r.get("status") in TERMINAL), None)
+
+
+def _is_unknown(reply: Mapping[str, Any]) -> bool:
+    return reply["status"] == "already_done" and reply.get("outcome") == "unknown"
+
+
 def approved_figures(
     calls: Sequence[CallSpec],
     by_call: Mapping[str, list[dict[str, Any]]],
@@ -74,17 +88,119 @@ def approved_figures(
         mine = [c for c in calls if c.tool == tool]
         normal = unknown = 0
         for call in mine:
-            terminal = [r for r in by_call.get(call.call_id, []) if r.get("status") in TERMINAL]
-            if not terminal:
+            first = _first_terminal(by_call.get(call.call_id, []))
+            if first is None:
                 continue
-            first = terminal[0]
-            if first["status"] == "already_done" and first.get("outcome") == "unknown":
+            if _is_unknown(first):
                 unknown += 1
             else:
                 normal += 1
         effects = Counter(min(ledger.get(c.call_id, 0), 2) for c in mine)
         out[tool] = ApprovedTool(
             idempotent, len(mine), normal, unknown, effects[0], effects[1], effects[2]
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class KilledRun:
+    """A confirm tool's run cut off by a SIGKILL of its worker."""
+
+    tool: str
+    call_id: str
+    effect: bool
+    """Its call's effect was in the ledger when the worker had died."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerKill:
+    """One SIGKILL of a worker: the runs it cut off; a planned kill-while-running names the tool
+    it waited for (worker "" when no run of that tool was found to kill)."""
+
+    kind: str
+    worker: str
+    planned_tool: str | None
+    cut: tuple[KilledRun, ...] = ()
+
+    @property
+    def found(self) -> bool:
+        """A planned kill-while-running cut off a run of its tool (an unplanned kill: True)."""
+        return self.planned_tool is None or any(r.tool == self.planned_tool for r in self.cut)
+
+
+@dataclass(frozen=True, slots=True)
+class KilledTool:
+    """Per approved tool: the SIGKILLs that landed while its runs were going, and how the calls
+    they cut off ended."""
+
+    idempotent: bool
+    planned: int
+    """Kills planned to wait until one of its runs is going (the kill-while-running fault)."""
+    missed: int
+    """Of them, kills that found no such run, or cut off none (the run ended first)."""
+    kills_landed: int
+    """SIGKILLs, planned or not, that cut off at least one of its runs."""
+    runs_cut: int
+    runs_cut_after_effect: int
+    """Of the runs cut off, those whose call's effect was already in the ledger."""
+    calls_cut: int
+    ended_normally: int
+    ended_unknown: int
+    effects_none: int
+    effects_one: int
+    effects_more: int
+    """The calls cut off: how they ended, and their ledger effects at the end of the run."""
+
+    @property
+    def ok(self) -> bool:
+        """No planned kill missed; no call cut off has two effects; an idempotent tool's calls
+        cut off all ended normally (run again) with one effect, another tool's all `unknown`
+        (a normal ending could only come from a second run)."""
+        if self.missed or self.effects_more:
+            return False
+        if not self.idempotent:
+            return self.ended_unknown == self.calls_cut
+        return (
+            self.ended_unknown == 0
+            and self.ended_normally == self.calls_cut
+            and self.effects_one == self.calls_cut
+        )
+
+
+def killed_figures(
+    kills: Sequence[WorkerKill],
+    by_call: Mapping[str, list[dict[str, Any]]],
+    ledger: Mapping[str, int],
+) -> dict[str, KilledTool]:
+    """Per approved tool (load.APPROVED): what the SIGKILLs cut off and how those calls ended."""
+    out: dict[str, KilledTool] = {}
+    for tool, idempotent in APPROVED.items():
+        runs = [r for k in kills for r in k.cut if r.tool == tool]
+        planned = [k for k in kills if k.planned_tool == tool]
+        calls = sorted({r.call_id for r in runs})
+        normal = unknown = 0
+        for call_id in calls:
+            first = _first_terminal(by_call.get(call_id, []))
+            if first is None:
+                continue
+            if _is_unknown(first):
+                unknown += 1
+            else:
+                normal += 1
+        effects = Counter(min(ledger.get(c, 0), 2) for c in calls)
+        out[tool] = KilledTool(
+            idempotent=idempotent,
+            planned=len(planned),
+            missed=sum(1 for k in planned if not k.found),
+            kills_landed=sum(1 for k in kills if any(r.tool == tool for r in k.cut)),
+            runs_cut=len(runs),
+            runs_cut_after_effect=sum(1 for r in runs if r.effect),
+            calls_cut=len(calls),
+            ended_normally=normal,
+            ended_unknown=unknown,
+            effects_none=effects[0],
+            effects_one=effects[1],
+            effects_more=effects[2],
         )
     return out
 
@@ -117,6 +233,9 @@ class ChaosFigures:
     missing_examples: list[str] = field(default_factory=list)
     approved: dict[str, ApprovedTool] = field(default_factory=dict)
     """Per approved tool: how its calls ended and the ledger's effects per call."""
+    killed: dict[str, KilledTool] = field(default_factory=dict)
+    """Per approved tool: the SIGKILLs that landed while its runs were going."""
+    kills: list[WorkerKill] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -125,6 +244,7 @@ class ChaosFigures:
             and self.approvals_asked_twice == 0
             and self.approved_runs_twice == 0
             and all(tool.ok for tool in self.approved.values())
+            and all(tool.ok for tool in self.killed.values())
             and self.final_lag == 0
             and self.unexpected_outcomes == 0
             and all(f.recover_s is not None for f in self.faults)
@@ -135,9 +255,22 @@ class ChaosFigures:
         """Approved calls of idempotent tools that ended `unknown` (must be none)."""
         return sum(t.ended_unknown for t in self.approved.values() if t.idempotent)
 
+    @property
+    def planned_running_kills_missed(self) -> int:
+        """Kills planned while an approved tool runs that cut off none of its runs."""
+        return sum(t.missed for t in self.killed.values())
+
     def to_json(self) -> dict[str, Any]:
         approved = {name: {**asdict(t), "ok": t.ok} for name, t in self.approved.items()}
-        return {**asdict(self), "approved": approved, "passed": self.passed}
+        killed = {name: {**asdict(t), "ok": t.ok} for name, t in self.killed.items()}
+        kills = [{**asdict(k), "found": k.found} for k in self.kills]
+        return {
+            **asdict(self),
+            "approved": approved,
+            "killed": killed,
+            "kills": kills,
+            "passed": self.passed,
+        }
 
 
 def longest_gap(arrivals: Sequence[float], start: float, end: float) -> float:
@@ -263,6 +396,16 @@ def render(figures: ChaosFigures, console: Console) -> None:
             f"{ran.approved} approved; {ran.ended_normally} ended with a normal reply, "
             f"{ran.ended_unknown} unknown; ledger effects per call: {ran.effects_one} one, "
             f"{ran.effects_none} none, {ran.effects_more} more than one",
+        )
+    for name, cut in figures.killed.items():
+        mark = "" if cut.ok else " [red]FAIL[/red]"
+        table.add_row(
+            f"killed while running: {name}{mark}",
+            f"{cut.planned} planned kill(s) while it ran, {cut.missed} found none; "
+            f"{cut.kills_landed} SIGKILL(s) cut off {cut.runs_cut} run(s) "
+            f"({cut.runs_cut_after_effect} after the effect); of those {cut.calls_cut} call(s) "
+            f"{cut.ended_normally} ended normally, {cut.ended_unknown} unknown; ledger effects: "
+            f"{cut.effects_one} one, {cut.effects_none} none, {cut.effects_more} more than one",
         )
     console.print(table)
     faults = Table("fault", "target", "at (s)", "recovered after (s)", "longest gap (s)")

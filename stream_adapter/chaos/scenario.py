@@ -6,6 +6,11 @@ Faults happen one after another at random points of the load (a fraction of the 
 each followed by a recovery probe: one echo call per partition, sent right after the fault.
 The time to recover is from the fault until every probe has its reply, i.e. until every
 partition is served again.
+
+A kill-while-running fault waits until an approved call of its tool is running in a worker
+(the demo tools' run journal, running.py) and SIGKILLs that worker then, so both rules for an
+approved call whose worker died (an idempotent one runs again, another ends `unknown`) are
+exercised in every run, not by luck.
 """
 
 from __future__ import annotations
@@ -27,19 +32,31 @@ from stream_adapter.signing import DecisionKeys
 
 from .cluster_faults import ClusterControl
 from .environment import create_run_topics, run_settings
-from .harness import BrokerControl, WorkerPool
-from .load import AutoReviewer, CallSender, CallSpec, call_mix, producer_for
+from .harness import BrokerControl, Worker, WorkerPool
+from .load import (
+    APPROVED,
+    AutoReviewer,
+    CallSender,
+    CallSpec,
+    call_arguments,
+    call_mix,
+    producer_for,
+)
 from .observe import ReplyReader, read_topic, settle_lag
 from .report import (
     TERMINAL,
     ChaosFigures,
     FaultRecord,
+    KilledRun,
+    WorkerKill,
     approved_figures,
+    killed_figures,
     ledger_counts,
     longest_gap,
     pending_records,
     reply_figures,
 )
+from .running import LATENCY_ENV, RUNS_ENV, RunJournal
 
 SCALE_UP, KILL, BROKER, SCALE_DOWN = (
     "scale-up 1->2",
@@ -53,6 +70,14 @@ LEADER_KILL, ROLLING, COORDINATOR_KILL = (
     "coordinator SIGKILL + restart",
 )
 CLUSTER_FAULTS = (LEADER_KILL, ROLLING, COORDINATOR_KILL)
+
+
+def kill_running(tool: str) -> str:
+    """The kill-while-running fault for tool."""
+    return f"SIGKILL while {tool} runs"
+
+
+KILL_RUNNING = {kill_running(tool): tool for tool in APPROVED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +105,22 @@ class ChaosOptions:
     max_seconds: float = 1800.0
     recover_timeout_s: float = 120.0
     seed: int | None = None
+    running_kills: tuple[str, ...] = tuple(APPROVED)
+    """One kill-while-running fault per tool named (an approved tool of the demo)."""
+    tool_latency_s: float = 0.4
+    """The confirm tools' external-API latency (`STREAM_ADAPTER_DEMO_TOOL_LATENCY_S`): the
+    window a kill-while-running fault hits."""
 
 
 def fault_plan(
-    rng: random.Random, kills: int, broker_faults: list[str], scale: bool = True
+    rng: random.Random,
+    kills: int,
+    broker_faults: list[str],
+    scale: bool = True,
+    running_kills: tuple[str, ...] = (),
 ) -> list[tuple[float, str]]:
     """(fraction of calls sent, fault): scale up early, down late, the rest between, shuffled."""
-    middle = [KILL] * kills + broker_faults
+    middle = [KILL] * kills + [kill_running(tool) for tool in running_kills] + broker_faults
     rng.shuffle(middle)
     plan = [(rng.uniform(0.05, 0.15), SCALE_UP)] if scale else []
     width = 0.58 / max(1, len(middle))
@@ -128,8 +162,15 @@ class ChaosRun:
             replication_factor=broker.nodes if isinstance(broker, ClusterControl) else 1,
         )
         self.ledger = workdir / "ledger.jsonl"
+        self.journal = RunJournal(workdir / "runs.jsonl")
         self.pool = WorkerPool(
-            self.settings, workdir / "workers", {"STREAM_ADAPTER_DEMO_LEDGER": str(self.ledger)}
+            self.settings,
+            workdir / "workers",
+            {
+                "STREAM_ADAPTER_DEMO_LEDGER": str(self.ledger),
+                RUNS_ENV: str(self.journal.path),
+                LATENCY_ENV: str(options.tool_latency_s),
+            },
         )
         self.exactly_once = options.guarantee == "exactly_once"
         self.reader = ReplyReader(self.settings, read_committed=self.exactly_once)
@@ -137,6 +178,9 @@ class ChaosRun:
         self.sent_changed = asyncio.Event()
         self.faults: list[FaultRecord] = []
         self.kills = 0
+        self.worker_kills: list[WorkerKill] = []
+        self.extra_calls: list[CallSpec] = []
+        """Calls a kill-while-running fault sent of its own (part of the figures)."""
         self.started = time.monotonic()
         self.faults_done = asyncio.Event()
         # Calls beyond options.calls (see _produce) come from their own generator, so the
@@ -201,9 +245,13 @@ class ChaosRun:
         elif kind == KILL:
             victim = self.rng.choice(self.pool.live())
             target = victim.name
-            self.pool.kill(victim)
-            self.kills += 1
+            self._sigkill(victim, kind, None)
             action = lambda: self.pool.start(victim.name)  # noqa: E731 - a supervisor restarts it
+        elif kind in KILL_RUNNING:
+            killed, target = await self._kill_running(kind, KILL_RUNNING[kind], sender)
+            at = time.monotonic()  # the kill, once the wait for a running call is over
+            if killed is not None:
+                action = lambda: self.pool.start(killed.name)  # noqa: E731
         elif kind == BROKER and isinstance(self.broker, BrokerControl):
             target = "broker"
             await self.broker.kill()
@@ -227,6 +275,54 @@ class ChaosRun:
             if recover is not None:
                 recover = await self._probe(sender, at)
         self.faults.append(FaultRecord(kind, target, round(at - self.started, 2), recover))
+
+    def _sigkill(self, victim: Worker, kind: str, planned_tool: str | None) -> WorkerKill:
+        """SIGKILL victim and record the approved runs its death cut off (the journal's runs
+        started in its process and not ended; their effects as the ledger has them now)."""
+        pid = victim.pid
+        self.pool.kill(victim)
+        self.kills += 1
+        self.journal.refresh()
+        ledger = ledger_counts(self.ledger)
+        cut = self.journal.cut_off(pid) if pid is not None else []
+        record = WorkerKill(
+            kind,
+            victim.name,
+            planned_tool,
+            tuple(KilledRun(r.tool, r.call_id, ledger.get(r.call_id, 0) > 0) for r in cut),
+        )
+        self.worker_kills.append(record)
+        return record
+
+    async def _kill_running(
+        self, kind: str, tool: str, sender: CallSender
+    ) -> tuple[Worker | None, str]:
+        """Wait until an approved call of tool is running in a live worker, then SIGKILL that
+        worker; (the worker killed, or None when none was found in time, and the fault's target).
+
+        Whether the run is caught before or after its effect is drawn from the run's seed. A call
+        of the tool is sent first, so one comes even once the mix has all been sent.
+        """
+        after_effect = self.rng.random() < 0.5
+        tag = uuid.uuid4().hex[:12]
+        own = CallSpec(
+            tool, call_arguments(tool, self.rng, tag), f"run-kill-{tag}", f"call-kill-{tag}"
+        )
+        self.extra_calls.append(own)
+        await sender.send(own.envelope(), key=own.run_id.encode())
+        phase = "after its effect" if after_effect else "before its effect"
+        deadline = time.monotonic() + self.options.recover_timeout_s
+        while time.monotonic() < deadline:
+            self.journal.refresh()
+            live = {w.pid: w for w in self.pool.live() if w.pid is not None}
+            runs = [r for r in self.journal.running(live, tool) if r.effect == after_effect]
+            if runs:  # the newest: the most of its latency still ahead
+                victim = live[runs[0].pid]
+                self._sigkill(victim, kind, tool)
+                return victim, f"{victim.name}, {tool} {runs[0].call_id} {phase}"
+            await asyncio.sleep(0.01)
+        self.worker_kills.append(WorkerKill(kind, "", tool))
+        return None, f"no {tool} found running {phase}"
 
     async def _cluster_fault(
         self, kind: str, broker: ClusterControl
@@ -263,6 +359,7 @@ class ChaosRun:
             self.options.kills,
             broker_faults(self.options, self.broker.restartable),
             self.options.scale,
+            self.options.running_kills,
         )
         try:
             for fraction, kind in plan:
@@ -299,7 +396,7 @@ class ChaosRun:
             except TimeoutError:
                 logs.event(logs.ERROR, "chaos run hit its time limit before the load was sent")
             await self.reader.until(
-                lambda: all(self._terminal(c.call_id) for c in calls),
+                lambda: all(self._terminal(c.call_id) for c in (*calls, *self.extra_calls)),
                 timeout_s=max(1.0, deadline - time.monotonic()),
             )
             answered_at = time.monotonic()
@@ -317,7 +414,9 @@ class ChaosRun:
             await self.reader.stop()
             await producer.stop()
             await self.pool.stop_all()
-        figures = self._figures(calls, lag, duration, changelog, sender.resends)
+        figures = self._figures(
+            [*calls, *self.extra_calls], lag, duration, changelog, sender.resends
+        )
         figures.longest_reply_gap_s, figures.faults = self._gaps(answered_at)
         return figures
 
@@ -374,6 +473,8 @@ class ChaosRun:
             outcomes=replies.outcomes,
             missing_examples=replies.without_terminal[:10],
             approved=approved_figures(calls, self.reader.by_call, ledger),
+            killed=killed_figures(self.worker_kills, self.reader.by_call, ledger),
+            kills=list(self.worker_kills),
         )
 
     def _broker_words(self) -> str:

@@ -1,8 +1,10 @@
 """CI-sized chaos and fuzz runs (the full ones: `stream-adapter chaos|fuzz`, docs/chaos.md).
 
-Chaos: 300 calls, one worker SIGKILL, one broker kill and restart, scaling 1 -> 2 -> 1, in both
+Chaos: 300 calls, two worker SIGKILLs, each while an approved call runs (one of send_invoice,
+idempotent, one of wire_funds, not), one broker kill and restart, scaling 1 -> 2 -> 1, in both
 processing modes, and no duplicate reply for a read_committed reader in exactly-once mode; the
-approved calls of the idempotent tool all end normally, and no approved call runs twice;
+approved calls of the idempotent tool all end normally, those cut off by a kill too (run again,
+one effect each), the other tool's calls cut off end `unknown`, and no approved call runs twice;
 fuzz: a few hundred malformed calls and decisions among valid ones. They run their own broker,
 since the chaos run kills it.
 """
@@ -40,7 +42,9 @@ def _small(guarantee: str) -> ChaosOptions:
     return ChaosOptions(
         calls=300,
         rate=60.0,
-        kills=1,
+        kills=0,  # the two kill-while-running faults are the worker kills
+        running_kills=("send_invoice", "wire_funds"),
+        tool_latency_s=0.4,
         guarantee=guarantee,
         partitions=4,
         session_timeout_s=6.0,  # the broker's group.min.session.timeout.ms
@@ -70,10 +74,24 @@ async def test_chaos_loses_nothing(
     assert invoices.approved > 0 and wires.approved > 0, summary
     assert invoices.ended_unknown == 0 and invoices.effects_one == invoices.approved, summary
     assert wires.effects_more == 0, summary
+    # Each planned kill found a run of its tool going and cut it off; the calls cut off ended as
+    # their tool's rule says.
+    for tool in ("send_invoice", "wire_funds"):
+        killed = figures.killed[tool]
+        assert killed.planned == 1 and killed.missed == 0, summary
+        assert killed.kills_landed >= 1 and killed.calls_cut >= 1, summary
+        assert killed.effects_more == 0, summary
+    cut_invoices, cut_wires = figures.killed["send_invoice"], figures.killed["wire_funds"]
+    assert cut_invoices.ended_normally == cut_invoices.calls_cut == cut_invoices.effects_one, (
+        summary
+    )
+    assert cut_wires.ended_unknown == cut_wires.calls_cut, summary
+    assert wires.ended_unknown >= cut_wires.calls_cut, summary
     assert figures.passed, summary
-    assert figures.worker_kills == 1
+    assert figures.worker_kills == 2
     kinds = [f.kind for f in figures.faults]
     assert kinds.count("broker restart") == 1 and "scale-up 1->2" in kinds, kinds
+    assert {"SIGKILL while send_invoice runs", "SIGKILL while wire_funds runs"} <= set(kinds)
     assert all(f.recover_s is not None for f in figures.faults), summary
     if guarantee == "exactly_once":
         # contract §8: a read_committed reader sees each reply once (docs/chaos.md).

@@ -1,6 +1,8 @@
 """The chaos run's verdict on approved calls: per tool, how its calls ended and what the ledger
 shows. An idempotent tool must end every approved call normally with one effect; no tool may
-show two effects for one call. (The runs themselves: tests/integration/test_chaos.py.)"""
+show two effects for one call. The kills that landed while an approved tool ran: per tool, the
+runs cut off and how their calls ended; a kill planned while a tool runs that cut off none of
+its runs fails the run. (The runs themselves: tests/integration/test_chaos.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +11,15 @@ from typing import Any
 import pytest
 
 from stream_adapter.chaos.load import APPROVED, EXPECTED, MIX, CallSpec
-from stream_adapter.chaos.report import ApprovedTool, ChaosFigures, approved_figures
+from stream_adapter.chaos.report import (
+    ApprovedTool,
+    ChaosFigures,
+    KilledRun,
+    KilledTool,
+    WorkerKill,
+    approved_figures,
+    killed_figures,
+)
 from topologies.demo import TOOLS, registry
 
 
@@ -41,7 +51,9 @@ def _figures(
     return approved_figures(calls, by_call, ledger)
 
 
-def _verdict(approved: dict[str, ApprovedTool]) -> bool:
+def _chaos_figures(
+    approved: dict[str, ApprovedTool], killed: dict[str, KilledTool] | None = None
+) -> ChaosFigures:
     return ChaosFigures(
         guarantee="at_least_once",
         reader="read_uncommitted",
@@ -61,7 +73,16 @@ def _verdict(approved: dict[str, ApprovedTool]) -> bool:
         unplanned_worker_exits=0,
         producer_resends=0,
         approved=approved,
-    ).passed
+        killed=killed or {},
+    )
+
+
+def _verdict(approved: dict[str, ApprovedTool]) -> bool:
+    return _chaos_figures(approved).passed
+
+
+def _passes(killed: dict[str, KilledTool]) -> bool:
+    return _chaos_figures(_figures({}, ONE_EACH), killed).passed
 
 
 ONE_EACH = {f"{tool}-{n}": 1 for tool in ("send_invoice", "wire_funds") for n in range(3)}
@@ -95,3 +116,128 @@ def test_an_idempotent_unknown_a_missing_effect_or_a_second_one_fails(
     figures = _figures(replies, ledger)
     assert not figures[tool].ok
     assert not _verdict(figures)
+
+
+# The kills that landed while an approved tool ran (report.killed_figures).
+
+BEFORE, AFTER = False, True  # the call's effect was in the ledger when its worker died
+
+
+def _kill(planned: str | None, *cut: tuple[str, str, bool]) -> WorkerKill:
+    return WorkerKill(
+        "kill",
+        "w1" if cut or planned is None else "",
+        planned,
+        tuple(KilledRun(tool, call_id, effect) for tool, call_id, effect in cut),
+    )
+
+
+def _killed(
+    kills: list[WorkerKill], replies: dict[str, list[dict[str, Any]]], ledger: dict[str, int]
+) -> dict[str, KilledTool]:
+    calls = [f"{tool}-{n}" for tool in ("send_invoice", "wire_funds") for n in range(3)]
+    by_call = {c: [{"status": "pending_approval"}, *replies.get(c, [OK])] for c in calls}
+    return killed_figures(kills, by_call, ledger)
+
+
+def test_kills_landed_count_per_tool_with_the_runs_cut_and_how_their_calls_ended() -> None:
+    kills = [
+        # planned for send_invoice: cut one invoice before its effect, and a wire after its own
+        _kill(
+            "send_invoice",
+            ("send_invoice", "send_invoice-0", BEFORE),
+            ("wire_funds", "wire_funds-0", AFTER),
+        ),
+        # planned for wire_funds: cut one before its effect
+        _kill("wire_funds", ("wire_funds", "wire_funds-1", BEFORE)),
+        # an unplanned kill cutting the same invoice again (its rerun), after the effect
+        _kill(None, ("send_invoice", "send_invoice-0", AFTER)),
+        _kill(None),  # an unplanned kill that cut nothing
+    ]
+    replies = {"wire_funds-0": [UNKNOWN], "wire_funds-1": [UNKNOWN], "send_invoice-0": [STORED]}
+    figures = _killed(kills, replies, {**ONE_EACH, "wire_funds-1": 0})
+    assert figures["send_invoice"] == KilledTool(
+        idempotent=True,
+        planned=1,
+        missed=0,
+        kills_landed=2,
+        runs_cut=2,
+        runs_cut_after_effect=1,
+        calls_cut=1,
+        ended_normally=1,
+        ended_unknown=0,
+        effects_none=0,
+        effects_one=1,
+        effects_more=0,
+    )
+    assert figures["wire_funds"] == KilledTool(
+        idempotent=False,
+        planned=1,
+        missed=0,
+        kills_landed=2,
+        runs_cut=2,
+        runs_cut_after_effect=1,
+        calls_cut=2,
+        ended_normally=0,
+        ended_unknown=2,
+        effects_none=1,
+        effects_one=1,
+        effects_more=0,
+    )
+    assert all(t.ok for t in figures.values())  # wire_funds may end unknown, with or without
+    assert _passes(figures)
+
+
+@pytest.mark.parametrize(
+    ("kills", "replies", "ledger", "tool"),
+    [
+        # the planned kill found no running invoice at all
+        ([WorkerKill("kill", "", "send_invoice")], {}, ONE_EACH, "send_invoice"),
+        # it killed, but the run it aimed at ended first: only a wire was cut off
+        (
+            [_kill("send_invoice", ("wire_funds", "wire_funds-2", BEFORE))],
+            {},
+            ONE_EACH,
+            "send_invoice",
+        ),
+        ([_kill("wire_funds")], {}, ONE_EACH, "wire_funds"),
+        # an idempotent call cut off that ended unknown, or without its effect
+        (
+            [_kill("send_invoice", ("send_invoice", "send_invoice-1", BEFORE))],
+            {"send_invoice-1": [UNKNOWN]},
+            ONE_EACH,
+            "send_invoice",
+        ),
+        (
+            [_kill("send_invoice", ("send_invoice", "send_invoice-1", BEFORE))],
+            {},
+            {**ONE_EACH, "send_invoice-1": 0},
+            "send_invoice",
+        ),
+        # a non-idempotent call cut off that ended normally: only a second run could answer so
+        ([_kill("wire_funds", ("wire_funds", "wire_funds-1", BEFORE))], {}, ONE_EACH, "wire_funds"),
+        # a non-idempotent call cut off that ran twice
+        (
+            [_kill("wire_funds", ("wire_funds", "wire_funds-1", AFTER))],
+            {"wire_funds-1": [UNKNOWN]},
+            {**ONE_EACH, "wire_funds-1": 2},
+            "wire_funds",
+        ),
+    ],
+)
+def test_a_planned_kill_that_cut_none_of_its_tool_or_a_bad_ending_fails(
+    kills: list[WorkerKill],
+    replies: dict[str, list[dict[str, Any]]],
+    ledger: dict[str, int],
+    tool: str,
+) -> None:
+    figures = _killed(kills, replies, ledger)
+    assert not figures[tool].ok
+    assert not _passes(figures)
+
+
+def test_the_missed_planned_kills_are_summed_over_tools() -> None:
+    kills = [WorkerKill("kill", "", "send_invoice"), _kill("wire_funds")]
+    killed = _killed(kills, {}, ONE_EACH)
+    assert [killed[t].missed for t in ("send_invoice", "wire_funds")] == [1, 1]
+    assert _chaos_figures(_figures({}, ONE_EACH), killed).planned_running_kills_missed == 2
