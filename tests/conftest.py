@@ -30,6 +30,20 @@ KAFKA_IMAGE = f"apache/kafka:{local.KAFKA_VERSION}"
 JARS_DIR = ROOT / ".kafka" / "libs"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker process picks free ports from a range of its own (its
+    children inherit it), so two workers never choose the same port before either binds it."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or local.PORT_RANGE_ENV in os.environ:
+        return
+    index = int(str(workerinput["workerid"]).removeprefix("gw"))
+    count = int(workerinput["workercount"])
+    whole = local._port_range()
+    width = len(whole) // count
+    low = whole.start + index * width
+    os.environ[local.PORT_RANGE_ENV] = f"{low}-{low + width}"
+
+
 def _docker_answers() -> bool:
     try:
         import docker
