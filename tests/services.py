@@ -28,6 +28,10 @@ from stream_adapter.broker.local import free_port
 START_TIMEOUT_S = 30.0
 
 
+def _free_port() -> int:
+    return free_port()
+
+
 def _missing(what: str) -> None:
     reason = f"{what} not installed (run: bash scripts/services.sh install)"
     if os.environ.get("CI") == "true":
