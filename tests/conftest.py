@@ -44,6 +44,32 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[local.PORT_RANGE_ENV] = f"{low}-{low + width}"
 
 
+SLOWEST_FIRST = (
+    "integration/test_cluster.py",
+    "integration/test_bench_state.py",
+    "integration/test_chaos.py",
+    "integration/test_secure_cluster.py",
+    "integration/test_bench.py",
+    "integration/test_bench_scale.py",
+    "integration/test_review_browser.py",
+    "integration/test_exactly_once.py",
+    "integration/test_crashes.py",
+    "integration/test_failover.py",
+)
+"""Test files that take longest, in that order: they start first, so that under pytest-xdist
+(whole files per process) no long file begins last and runs on alone."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(SLOWEST_FIRST)}
+    tests = Path(__file__).parent
+
+    def place(item: pytest.Item) -> int:
+        return rank.get(item.path.relative_to(tests).as_posix(), len(rank))
+
+    items.sort(key=place)  # a stable sort: the tests of a file keep their order
+
+
 def _docker_answers() -> bool:
     try:
         import docker
