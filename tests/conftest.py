@@ -65,7 +65,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests = Path(__file__).parent
 
     def place(item: pytest.Item) -> int:
-        return rank.get(item.path.relative_to(tests).as_posix(), len(rank))
+        inside = item.path.is_relative_to(tests)
+        return rank.get(item.path.relative_to(tests).as_posix(), len(rank)) if inside else len(rank)
 
     items.sort(key=place)  # a stable sort: the tests of a file keep their order
 
