@@ -33,8 +33,13 @@ echo "== mypy --strict (the core)"
 echo "== lint-imports (only stream/engine/ imports faust, mode and aiokafka)"
 "$VENV/bin/lint-imports" --no-cache
 echo "== pytest"
+# In parallel processes (pytest-xdist), since the tests mostly wait on brokers and workers:
+# each test file runs whole in one process (module fixtures share a worker or a cluster), the
+# slowest files first (tests/conftest.py). TEST_WORKERS=0 runs everything in this process.
+WORKERS=${TEST_WORKERS:-4}
 set +e
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider -n "$WORKERS" --dist loadfile \
+  --no-loadscope-reorder "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

@@ -30,6 +30,47 @@ KAFKA_IMAGE = f"apache/kafka:{local.KAFKA_VERSION}"
 JARS_DIR = ROOT / ".kafka" / "libs"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker process picks free ports from a range of its own (its
+    children inherit it), so two workers never choose the same port before either binds it."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or local.PORT_RANGE_ENV in os.environ:
+        return
+    index = int(str(workerinput["workerid"]).removeprefix("gw"))
+    count = int(workerinput["workercount"])
+    whole = local._port_range()
+    width = len(whole) // count
+    low = whole.start + index * width
+    os.environ[local.PORT_RANGE_ENV] = f"{low}-{low + width}"
+
+
+SLOWEST_FIRST = (
+    "integration/test_cluster.py",
+    "integration/test_bench_state.py",
+    "integration/test_chaos.py",
+    "integration/test_secure_cluster.py",
+    "integration/test_bench.py",
+    "integration/test_bench_scale.py",
+    "integration/test_review_browser.py",
+    "integration/test_exactly_once.py",
+    "integration/test_crashes.py",
+    "integration/test_failover.py",
+)
+"""Test files that take longest, in that order: they start first, so that under pytest-xdist
+(whole files per process) no long file begins last and runs on alone."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(SLOWEST_FIRST)}
+    tests = Path(__file__).parent
+
+    def place(item: pytest.Item) -> int:
+        inside = item.path.is_relative_to(tests)
+        return rank.get(item.path.relative_to(tests).as_posix(), len(rank)) if inside else len(rank)
+
+    items.sort(key=place)  # a stable sort: the tests of a file keep their order
+
+
 def _docker_answers() -> bool:
     try:
         import docker

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
+from stream_adapter.broker.local import free_port
+
 START_TIMEOUT_S = 30.0
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_port()
 
 
 def _missing(what: str) -> None:
@@ -77,7 +77,7 @@ def redis_server() -> Iterator[str]:
     if binary is None:
         _missing("redis-server")
     assert binary is not None
-    port = _free_port()
+    port = free_port()
     workdir = tempfile.mkdtemp(prefix="sa-redis-")
     proc = subprocess.Popen(
         [
@@ -135,7 +135,7 @@ def postgres_server() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
         cwd=root,
     )
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         _as_postgres(
             [
@@ -209,7 +209,7 @@ def dynamodb_server() -> Iterator[str]:
     assert binary is not None
     saved = {name: os.environ.get(name) for name in DYNAMODB_CREDENTIALS}
     os.environ.update(DYNAMODB_CREDENTIALS)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [binary, "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,

@@ -31,6 +31,7 @@ from stream_adapter.errors import BrokerError
 KAFKA_VERSION = "4.4.0"
 DEFAULT_HOME = Path(".kafka")
 _POLL_S = 0.2
+PORT_RANGE_ENV = "STREAM_ADAPTER_FREE_PORTS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +91,10 @@ def free_port() -> int:
 
     A port the kernel hands out for bind(0) can be handed out again moments later as the
     source port of some client's connection, and a broker can then not bind it (CI saw it).
+    Processes that pick ports side by side can each be given a range of their own in
+    `STREAM_ADAPTER_FREE_PORTS` ("LOW-HIGH", HIGH excluded), so that none picks another's.
     """
-    low = _ephemeral_low()
-    candidates = list(range(max(1024, low - 12_000), low))
+    candidates = list(_port_range())
     random.shuffle(candidates)
     for port in candidates[:200]:
         if port not in _handed_out and not _port_taken(port):
@@ -104,6 +106,15 @@ def free_port() -> int:
 
 
 _handed_out: set[int] = set()  # two calls in a row must not pick the same port
+
+
+def _port_range() -> range:
+    spec = os.environ.get(PORT_RANGE_ENV, "")
+    if spec:
+        low, _, high = spec.partition("-")
+        return range(int(low), int(high))
+    low_ephemeral = _ephemeral_low()
+    return range(max(1024, low_ephemeral - 12_000), low_ephemeral)
 
 
 def _ephemeral_low() -> int:

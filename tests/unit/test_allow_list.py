@@ -76,7 +76,9 @@ def test_build_app_refuses_a_bare_string(tools: Any, tmp_path: Path) -> None:
         build_app(settings, Executor(Deletes().registry), tools=tools)
 
 
-@pytest.mark.parametrize("tools", [[1], {"ok", None}, ("ok", b"delete_all")], ids=str)
+@pytest.mark.parametrize(
+    "tools", [[1], {"ok", None}, ("ok", b"delete_all")], ids=lambda tools: type(tools).__name__
+)
 def test_names_must_be_strings(tools: Any) -> None:
     with pytest.raises(TypeError, match="tool names"):
         Executor(Deletes().registry, tools=tools)
