@@ -197,21 +197,32 @@ DYNAMODB_CREDENTIALS = {
 """What the emulator is given: it accepts any credentials; these never reach a real account."""
 
 
+_MOTO_ONE_AT_A_TIME = """
+import sys
+from moto.server import DomainDispatcherApplication, create_backend_app
+from moto.moto_server.werkzeug_app import MotoRequestHandler
+from werkzeug.serving import run_simple
+run_simple("127.0.0.1", int(sys.argv[1]), DomainDispatcherApplication(create_backend_app),
+           threaded=False, request_handler=MotoRequestHandler)
+"""
+"""moto's server, answering one request at a time. Under its threaded default, racing
+conditional writes to one item were seen to succeed together on a busy machine, which DynamoDB
+itself never lets happen; one at a time, each condition is checked against the last write."""
+
+
 @pytest.fixture(scope="session")
 def dynamodb_server() -> Iterator[str]:
     """moto's standalone server (a DynamoDB emulator, not DynamoDB); yields its endpoint URL.
 
     Sets fake AWS credentials in this process's environment (child processes inherit them).
     """
-    binary = shutil.which("moto_server", path=os.path.dirname(sys.executable))
-    if binary is None:
+    if shutil.which("moto_server", path=os.path.dirname(sys.executable)) is None:
         _missing("moto_server (pip install 'moto[server]')")
-    assert binary is not None
     saved = {name: os.environ.get(name) for name in DYNAMODB_CREDENTIALS}
     os.environ.update(DYNAMODB_CREDENTIALS)
     port = free_port()
     proc = subprocess.Popen(
-        [binary, "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-c", _MOTO_ONE_AT_A_TIME, str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

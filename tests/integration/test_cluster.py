@@ -94,6 +94,7 @@ def _leader_kill(guarantee: str) -> ChaosOptions:
         scale=False,
         brokers=3,
         cluster_faults=(LEADER_KILL,),
+        running_kills=(),  # this run is about the leader kill alone
         node_down_s=5.0,
         guarantee=guarantee,
         partitions=4,

@@ -23,7 +23,8 @@ async def test_chaos_takes_broker_and_ends_with_a_summary(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     figures = tmp_path / "chaos.json"
-    args = ("--calls", "20", "--rate", "20", "--kills", "0", "--partitions", "2")
+    args = ("--calls", "20", "--rate", "20", "--kills", "0", "--no-kill-while-running")
+    args += ("--partitions", "2")
     args += ("--session-timeout", "6", "--max-seconds", "240", "--json", str(figures))
     ran = await asyncio.to_thread(
         run, "chaos", *args, "--broker", kafka_bootstrap, cwd=tmp_path, timeout_s=400

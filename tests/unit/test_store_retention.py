@@ -31,9 +31,11 @@ from tests.harness import wait_for
 from topologies.demo import build_executor
 
 KINDS = ["memory", "sqlite", "redis", "sql-postgres", "sql-sqlite", "dynamodb"]
-RETENTION_S = 4.0
+RETENTION_S = 8.0
 """Short, and still long enough for a redelivery right after the settling call."""
 DEADLINE_S = 30.0
+PENDING_EXPIRY_S = 4.0
+"""Longer than a park takes against an emulator on a busy machine."""
 
 
 def _invoice(call_id: str) -> dict[str, Any]:
@@ -233,7 +235,7 @@ async def test_a_pending_approval_nobody_decides_expires(
     tmp_path: Path,
     closing: list[ApprovalStore],
 ) -> None:
-    store, _ = await make_store(kind, request_services, tmp_path, pending_expiry_s=1.0)
+    store, _ = await make_store(kind, request_services, tmp_path, pending_expiry_s=PENDING_EXPIRY_S)
     closing.append(store)
     executor = build_executor(store)
     call = _invoice("c-expiring")
