@@ -294,6 +294,16 @@ class ChaosRun:
         self.worker_kills.append(record)
         return record
 
+    async def _send_own_call(self, tool: str, sender: CallSender) -> None:
+        """One call of tool for a kill-while-running fault, so a run comes even once the mix
+        has all been sent."""
+        tag = uuid.uuid4().hex[:12]
+        own = CallSpec(
+            tool, call_arguments(tool, self.rng, tag), f"run-kill-{tag}", f"call-kill-{tag}"
+        )
+        self.extra_calls.append(own)
+        await sender.send(own.envelope(), key=own.run_id.encode())
+
     async def _kill_running(
         self, kind: str, tool: str, sender: CallSender
     ) -> tuple[Worker | None, str]:
@@ -304,22 +314,24 @@ class ChaosRun:
         of the tool is sent first, so one comes even once the mix has all been sent.
         """
         after_effect = self.rng.random() < 0.5
-        tag = uuid.uuid4().hex[:12]
-        own = CallSpec(
-            tool, call_arguments(tool, self.rng, tag), f"run-kill-{tag}", f"call-kill-{tag}"
-        )
-        self.extra_calls.append(own)
-        await sender.send(own.envelope(), key=own.run_id.encode())
         phase = "after its effect" if after_effect else "before its effect"
         deadline = time.monotonic() + self.options.recover_timeout_s
+        await self._send_own_call(tool, sender)
         while time.monotonic() < deadline:
             self.journal.refresh()
             live = {w.pid: w for w in self.pool.live() if w.pid is not None}
             runs = [r for r in self.journal.running(live, tool) if r.effect == after_effect]
             if runs:  # the newest: the most of its latency still ahead
                 victim = live[runs[0].pid]
-                self._sigkill(victim, kind, tool)
-                return victim, f"{victim.name}, {tool} {runs[0].call_id} {phase}"
+                killed = self._sigkill(victim, kind, tool)
+                if killed.found:
+                    return victim, f"{victim.name}, {tool} {runs[0].call_id} {phase}"
+                # The run ended between the journal's read and the kill: that kill counts as a
+                # random one, and the fault tries again on a fresh call once the slot is back.
+                self.worker_kills[-1] = dataclasses.replace(killed, planned_tool=None)
+                await self.pool.start(victim.name)
+                await self._send_own_call(tool, sender)
+                continue
             await asyncio.sleep(0.01)
         self.worker_kills.append(WorkerKill(kind, "", tool))
         return None, f"no {tool} found running {phase}"
