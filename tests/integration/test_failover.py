@@ -29,7 +29,7 @@ async def test_survivor_takes_over_partitions_and_approvals(
     async def both_parked() -> bool:
         return "call parked" in doomed.log_text() and "call parked" in survivor.log_text()
 
-    await wait_for(both_parked, timeout_s=10, what="each worker to hold some approvals")
+    await wait_for(both_parked, timeout_s=60, what="each worker to hold some approvals")
     doomed.kill()
 
     for reply in pending:
