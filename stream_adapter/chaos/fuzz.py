@@ -148,9 +148,11 @@ class FuzzRun:
             pid = worker.pid
             return await self._fuzz(sender, started, deadline, pid)
         finally:
-            await self.reader.stop()
-            await producer.stop()
-            await self.pool.stop_all()
+            try:
+                await self.reader.stop()
+                await producer.stop()
+            finally:
+                await self.pool.stop_all()
 
     def _remaining(self, deadline: float) -> float:
         return max(5.0, deadline - time.monotonic())

@@ -8,6 +8,7 @@ folder across restarts, as a restarted pod or unit would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -146,7 +147,9 @@ class Worker:
     def kill(self) -> None:
         """SIGKILL the whole process group: the crash the guarantees are about."""
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            # A stop's waiting thread may reap it meanwhile (poll answers None while it waits).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
     async def terminate(self, timeout_s: float = 60.0) -> int:
@@ -219,6 +222,17 @@ class WorkerPool:
         return restarted
 
     async def stop_all(self) -> None:
-        for worker in list(self.workers.values()):
-            self._wanted.discard(worker.name)
-            await worker.terminate(timeout_s=30)
+        """SIGTERM every slot and wait for its clean exit; any still running afterwards, or
+        when this stop is cancelled or fails, is SIGKILLed, so a run never leaves workers."""
+        try:
+            for worker in list(self.workers.values()):
+                self._wanted.discard(worker.name)
+                await worker.terminate(timeout_s=30)
+        finally:
+            self.kill_all()
+
+    def kill_all(self) -> None:
+        """SIGKILL every slot still running (no await: safe in any `finally`)."""
+        self._wanted.clear()
+        for worker in self.workers.values():
+            worker.kill()

@@ -418,14 +418,16 @@ class ChaosRun:
                 self.settings, self.settings.approvals_topic, read_committed=True
             )
         finally:
-            if supervisor is not None:
-                supervisor.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await supervisor
-            await reviewer.stop()
-            await self.reader.stop()
-            await producer.stop()
-            await self.pool.stop_all()
+            try:
+                if supervisor is not None:
+                    supervisor.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await supervisor
+                await reviewer.stop()
+                await self.reader.stop()
+                await producer.stop()
+            finally:
+                await self.pool.stop_all()
         figures = self._figures(
             [*calls, *self.extra_calls], lag, duration, changelog, sender.resends
         )
