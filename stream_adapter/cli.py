@@ -347,7 +347,7 @@ def _topics(states: list[Any], as_json: bool) -> None:
             "partitions": s.partitions,
             "wanted_partitions": s.spec.partitions,
             "config": ", ".join(f"{k}={v}" for k, v in s.spec.config.items()),
-            "state": "created" if s.created else ("; ".join(s.problems) or "ok"),
+            "state": "; ".join((["created"] if s.created else []) + s.problems) or "ok",
             "drift": s.problems,
         }
         for s in states

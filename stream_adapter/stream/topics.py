@@ -4,7 +4,9 @@ partitions short of in-sync replicas."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -21,6 +23,10 @@ _TOPIC_ALREADY_EXISTS = 36
 _NOT_AUTHORIZED = (29, 31)  # topic, cluster authorization failed
 _COMPACT = {"cleanup.policy": "compact"}
 TOMBSTONE_RETENTION_MS = 86_400_000
+CREATE_SETTLE_S = 30.0
+"""How long `create_topics` waits for the topics it created to show as specified, every
+replica in sync: a cluster's brokers learn of a new topic a moment after the controller
+created it, longer on a busy machine."""
 """`delete.retention.ms` of the approvals changelog: a removed record's tombstone stays a day
 after compaction reaches it (a worker restoring meanwhile still reads it), then goes too."""
 
@@ -189,7 +195,16 @@ async def create_topics(settings: Settings) -> list[TopicState]:
                         f"{topic.get('error_message') or ''}".rstrip()
                     )
         after = await _describe(admin, specs)
+        settle_by = time.monotonic() + CREATE_SETTLE_S
+        while _unsettled(after, created) and time.monotonic() < settle_by:
+            await asyncio.sleep(0.2)
+            after = await _describe(admin, specs)
     return [dataclasses.replace(s, created=s.spec.name in created) for s in after]
+
+
+def _unsettled(states: Sequence[TopicState], created: set[str]) -> bool:
+    """A topic just created does not show as specified yet (missing, or replicas not in sync)."""
+    return any(s.problems for s in states if s.spec.name in created)
 
 
 def _admin(settings: Settings) -> AbstractAsyncContextManager[AIOKafkaAdminClient]:

@@ -161,7 +161,12 @@ async def test_topics_replicated_and_under_replication_reported(
                 )
             ]
         )
-    described = _topics_cli(drifted, "describe")
+    # Created by hand, not by `topics create` (which waits for it): every broker knows of it soon.
+    described = await wait_for(
+        lambda: "replication factor" in (out := _topics_cli(drifted, "describe")).stdout and out,
+        timeout_s=60,
+        what="the drifted topic described",
+    )
     assert described.returncode == ExitCode.TOPICS
     assert "replication factor 1, needs 3" in described.stdout
     assert "min.insync.replicas=1, needs 2" in described.stdout
