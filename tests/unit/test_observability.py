@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import orjson
 import pytest
 from prometheus_client import generate_latest
@@ -17,6 +19,7 @@ from stream_adapter.stream.metrics import (
     Pending,
     count_pending,
     pending_approvals,
+    table_tallies,
 )
 from stream_adapter.stream.tracing import Tracing, as_headers, build_tracing, traceparent
 
@@ -91,6 +94,36 @@ def test_pending_approvals_finds_the_oldest_request() -> None:
     ]
     assert pending_approvals(records) == Pending(3, 1704067200.0)
     assert pending_approvals([]) == Pending(0, None)
+
+
+def test_one_pass_tallies_pending_and_unknown_records() -> None:
+    records = [
+        orjson.dumps({"state": "pending", "requested_at": "2024-01-01T00:10:00.000Z"}),
+        orjson.dumps({"state": "unknown", "unknown_at": "2024-01-02T00:00:00+00:00"}),
+        orjson.dumps({"state": "unknown", "unknown_at": "2024-01-01T00:00:00+00:00"}),
+        orjson.dumps({"state": "done", "arguments": {"note": "was pending, outcome unknown"}}),
+        orjson.dumps({"state": "done", "unknown_at": "2023-01-01T00:00:00+00:00"}),  # resolved
+        b'{"unknown": ',
+    ]
+    tallies = table_tallies(records)
+    assert tallies.pending == Pending(1, 1704067800.0)
+    assert tallies.unknown == 2
+    assert tallies.oldest_unknown_at == datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def test_a_scrape_reads_the_table_once_for_both_gauges() -> None:
+    metrics = Metrics(["echo"])
+    reads: list[int] = []
+    unknown = orjson.dumps({"state": "unknown", "unknown_at": "2024-01-01T00:00:00+00:00"})
+
+    def table() -> list[bytes]:
+        reads.append(1)
+        return [unknown]
+
+    metrics.watch(lambda: [], table, pending_every_s=60)
+    assert _value(metrics, "stream_adapter_unknown_outcomes") == 1
+    assert _value(metrics, "stream_adapter_pending_approvals") == 0
+    assert len(reads) == 1  # both scrapes, both gauges: one read within pending_every_s
 
 
 def test_oldest_pending_age_and_lag_are_read_at_scrape_time() -> None:
