@@ -23,12 +23,12 @@ _TOPIC_ALREADY_EXISTS = 36
 _NOT_AUTHORIZED = (29, 31)  # topic, cluster authorization failed
 _COMPACT = {"cleanup.policy": "compact"}
 TOMBSTONE_RETENTION_MS = 86_400_000
+"""`delete.retention.ms` of the approvals changelog: a removed record's tombstone stays a day
+after compaction reaches it (a worker restoring meanwhile still reads it), then goes too."""
 CREATE_SETTLE_S = 30.0
 """How long `create_topics` waits for the topics it created to show as specified, every
 replica in sync: a cluster's brokers learn of a new topic a moment after the controller
 created it, longer on a busy machine."""
-"""`delete.retention.ms` of the approvals changelog: a removed record's tombstone stays a day
-after compaction reaches it (a worker restoring meanwhile still reads it), then goes too."""
 
 
 @dataclass(frozen=True, slots=True)
