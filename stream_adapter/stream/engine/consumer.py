@@ -170,7 +170,7 @@ class FastConsumer(faust_aiokafka.Consumer):
                 read_offset[tp] = batch[-1].offset
                 expected[tp] = batch[-1].offset + 1
                 if clock() >= yield_at:
-                    await asyncio.sleep(0)
+                    await self._end_slice()
                     yield_at = clock() + ROUND_SLICE_S
                 continue
             for record in batch:
@@ -199,8 +199,17 @@ class FastConsumer(faust_aiokafka.Consumer):
                     await self.wait_first(slow(message), self.suspend_flow.wait())
                 read_offset[tp] = offset
                 if clock() >= yield_at:
-                    await asyncio.sleep(0)
+                    await self._end_slice()
                     yield_at = clock() + ROUND_SLICE_S
+
+    async def _end_slice(self) -> None:
+        """A slice of a long round is done: the routes send what they batched so far (as at
+        the end of a round), then other tasks run. A round of a backlog's first fetch can
+        hold tens of thousands of records; their replies go out as they are made, not all
+        after the last of them."""
+        for flush in self.flushes:
+            await flush()
+        await asyncio.sleep(0)
 
     def _never_delivered(self, tp: Any, begin: int, end: int) -> None:
         """Offsets begin..end-1 of tp will never be delivered (transaction markers, compacted
