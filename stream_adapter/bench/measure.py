@@ -2,9 +2,11 @@
 
 A backlog's throughput runs from the contender's first reply reaching the log (the broker's
 append time: replies topics use `LogAppendTime`) to its last reply becoming visible to the
-reader. The first append follows the contender's first fetch by one call's work, or one fetch
-round's for contenders that batch; the last visibility includes the commit of contenders that
-publish in transactions, so one that answers in bursts is not measured from its first burst.
+reader. The first append follows the contender's first fetch by the work done before its
+first send: one call's (Quix Streams), one slice of a round, at most 50 ms (the worker), or
+one `getmany` batch of up to 5,000 calls (the aiokafka loop, which this favours by about
+0.2 s). The last visibility includes the commit of contenders that publish in transactions,
+so one that answers in bursts is not measured from its first burst.
 """
 
 from __future__ import annotations
