@@ -4,6 +4,7 @@ written for."""
 from __future__ import annotations
 
 import pytest
+from aiokafka.consumer.group_coordinator import GroupCoordinator
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer, TransactionManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
@@ -48,7 +49,7 @@ def test_the_installed_versions_are_the_ones_written_for() -> None:
     patches.check_versions()  # what pyproject.toml pins must pass its own check
 
 
-def test_install_replaces_the_seven_methods_once_and_keeps_fausts() -> None:
+def test_install_replaces_the_eight_methods_once_and_keeps_the_originals() -> None:
     patches.install()
     patches.install()
     assert Consumer._new_offset is offsets.new_offset
@@ -60,11 +61,12 @@ def test_install_replaces_the_seven_methods_once_and_keeps_fausts() -> None:
         (TransactionManager, "on_rebalance"),
         (Recovery, "_build_offsets"),
         (Recovery, "_build_highwaters"),
+        (GroupCoordinator, "_do_fetch_commit_offsets"),
     ]
     for cls, name in replaced:
-        faust_own = patches.original(cls, name)
-        assert faust_own is not getattr(cls, name)
-        assert faust_own.__module__.startswith("faust."), (cls, name)
+        own = patches.original(cls, name)
+        assert own is not getattr(cls, name)
+        assert own.__module__.startswith(("faust.", "aiokafka.")), (cls, name)
 
 
 def test_an_app_on_another_faust_is_refused_before_it_is_built(

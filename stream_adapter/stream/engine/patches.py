@@ -1,4 +1,4 @@
-"""The engine's seven replacements of faust-streaming methods, installed by one function.
+"""The engine's replacements of faust-streaming and aiokafka methods, installed by one function.
 
 Each replaces a method process-wide (a class attribute), so each is written against one
 release: `install` refuses any other faust-streaming, mode-streaming or aiokafka release
@@ -57,10 +57,12 @@ def _version(name: str) -> str | None:
 def install() -> None:
     """Check the versions, then install every patch (idempotent)."""
     check_versions()
+    from aiokafka.consumer.group_coordinator import GroupCoordinator
     from faust.tables.recovery import Recovery
     from faust.transport.consumer import Consumer, TransactionManager
     from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
 
+    from stream_adapter.stream.engine import stable_offsets
     from stream_adapter.stream.engine.commits import offsets, transactions
     from stream_adapter.stream.engine.recovery import (
         broker_highwaters,
@@ -75,6 +77,7 @@ def install() -> None:
     _replace(TransactionManager, "on_rebalance", transactions.guarded_on_rebalance)
     _replace(Recovery, "_build_offsets", foreign_stores_set_aside)
     _replace(Recovery, "_build_highwaters", standbys_without_waiting)
+    _replace(GroupCoordinator, "_do_fetch_commit_offsets", stable_offsets.stable_fetch)
 
 
 def original(cls: type, name: str) -> Any:
