@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, ClassVar
 
@@ -47,6 +47,42 @@ Drain = Callable[[], Awaitable[None]]
 Pause = Callable[[], AbstractAsyncContextManager[None]]
 
 
+class StreamHold:
+    """Stream partitions resumed between an assignment and the recovery's seek to the
+    committed offsets, held back until that seek is done.
+
+    Faust's recovery resumes them, then starts the seek as a task: a fetch round that began
+    in between handed on records the seek then moved back before, and they were handled
+    twice (one of two gaps found behind an exactly-once chaos run that committed 256 calls'
+    replies twice; the other is engine/stable_offsets.py). Changelog partitions resume at
+    once: recovery reads them before it seeks.
+    """
+
+    def __init__(self) -> None:
+        self._pending = False
+        self._held: set[Any] = set()
+
+    def assigned(self) -> None:
+        """Partitions were assigned: a seek to the committed offsets is to come."""
+        self._pending = True
+        self._held.clear()
+
+    def resumable(self, tps: Iterable[Any], changelog_topics: Collection[str]) -> set[Any]:
+        """Those of tps to resume now; the others are held until `sought`."""
+        tpset = set(tps)
+        if not self._pending:
+            return tpset
+        streams = {tp for tp in tpset if tp.topic not in changelog_topics}
+        self._held |= streams
+        return tpset - streams
+
+    def sought(self, assignment: Collection[Any]) -> set[Any]:
+        """The seek is done: the held partitions still assigned, to resume now."""
+        self._pending = False
+        held, self._held = self._held, set()
+        return {tp for tp in held if tp in assignment}
+
+
 class FastConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer with a direct route for registered topics."""
 
@@ -73,6 +109,7 @@ class FastConsumer(faust_aiokafka.Consumer):
         """Partitions set aside because their next batch cannot be fetched or decoded."""
         self.restore: BulkRestore | None = None
         """Where table changelog records go in bulk (engine/restore.py); None: Faust's path."""
+        self._held = StreamHold()
 
     def _new_consumer_thread(self) -> LoopConsumerThread:
         return LoopConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -267,7 +304,8 @@ class FastConsumer(faust_aiokafka.Consumer):
             )
 
     async def perform_seek(self) -> None:
-        """Faust's seek to the committed offsets; what a fetch returns meanwhile waits."""
+        """Faust's seek to the committed offsets; what a fetch returns meanwhile waits. The
+        stream partitions held back since the assignment resume once it is done."""
         self._seeks += 1
         self._seeking.clear()
         try:
@@ -275,6 +313,17 @@ class FastConsumer(faust_aiokafka.Consumer):
         finally:
             self._seeks += 1
             self._seeking.set()
+        super().resume_partitions(self._held.sought(self.assignment()))
+
+    async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        """Faust's; stream partitions stay paused until the recovery's seek (`resume_partitions`)."""
+        self._held.assigned()
+        await super().on_partitions_assigned(assigned, generation_id)
+
+    def resume_partitions(self, tps: Any) -> None:
+        """Faust's, except that after an assignment the stream partitions wait for the seek
+        to the committed offsets (`StreamHold`)."""
+        super().resume_partitions(self._held.resumable(tps, self.app.tables.changelog_topics))
 
     async def _fetch_after_seek(self, records: Mapping[Any, list[Any]]) -> None:
         """Records fetched while a seek ran: from before it or after it, no telling. Faust
