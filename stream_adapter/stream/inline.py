@@ -4,8 +4,9 @@ On a fast tool the worker's cost was the asyncio machinery around the call (a ta
 futures and an awaited send per reply), not the tool. A plain call whose tool cannot suspend
 (`Tool.never_waits`) runs here instead, in the consumer's own task, on its one and only step.
 Its reply joins a record batch for its reply partition; the batches go to the producer at the
-end of each fetch, or earlier when a later call of the same key takes the scheduled path; the
-calls are acked when the broker acks their batch (contract §8). Everything else is handed back to
+end of each fetch round and of each slice of a long one (engine/consumer.py), or earlier when
+a later call of the same key takes the scheduled path; the calls are acked when the broker
+acks their batch (contract §8). Everything else is handed back to
 the scheduled path (the route's jobs): another tool, a failure (its retries go on there), a
 key whose earlier call is still scheduled, and tracing.
 
@@ -84,7 +85,8 @@ class _Batch:
 
 
 class InlineCalls:
-    """The lane: offer a call; flush at the end of each fetch; drain before a rebalance.
+    """The lane: offer a call; flush at the end of each fetch round or slice; drain before a
+    rebalance.
 
     `ack(messages)` acks calls whose replies the broker acked; `redo(message, exc)` hands a
     call whose reply never became durable (exc says why; None: its send was cancelled) to the
@@ -263,9 +265,10 @@ class InlineCalls:
     async def flush(self, *, wait: bool = True) -> None:
         """Hand batches to the producer; their calls are acked when the broker acks them.
 
-        wait=False (the end of a fetch round) keeps a partition's batches while the producer
-        still has an unsent batch of that partition, rather than wait for it to go: they fill
-        on and go at a later round or tick. A fetch round then never waits on the broker.
+        wait=False (the end of a fetch round or slice) keeps a partition's batches while the
+        producer still has an unsent batch of that partition, rather than wait for it to go:
+        they fill on and go at a later round or tick. A fetch round then never waits on the
+        broker.
         """
         while self._paused:
             if not wait:

@@ -316,7 +316,7 @@ class FastConsumer(faust_aiokafka.Consumer):
         super().resume_partitions(self._held.sought(self.assignment()))
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
-        """Faust's; stream partitions stay paused until the recovery's seek (`resume_partitions`)."""
+        """Faust's; stream partitions then wait for the recovery's seek (`resume_partitions`)."""
         self._held.assigned()
         await super().on_partitions_assigned(assigned, generation_id)
 

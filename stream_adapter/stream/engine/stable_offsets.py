@@ -33,7 +33,7 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 UNKNOWN_OFFSET = -1
 
 
-class UnstableOffsetCommit(kafka_errors.BrokerResponseError):
+class UnstableOffsetCommit(kafka_errors.BrokerResponseError):  # type: ignore[misc]  # aiokafka is untyped
     """The partition's offsets are being committed in a transaction: ask again shortly."""
 
     errno = 88
@@ -42,7 +42,7 @@ class UnstableOffsetCommit(kafka_errors.BrokerResponseError):
     retriable = True
 
 
-class OffsetFetchResponse_v7(Response):  # noqa: N801 (aiokafka's naming)
+class OffsetFetchResponse_v7(Response):  # type: ignore[misc]  # aiokafka is untyped
     API_KEY = 9
     API_VERSION = 7
     SCHEMA = Schema(
@@ -70,7 +70,7 @@ class OffsetFetchResponse_v7(Response):  # noqa: N801 (aiokafka's naming)
     )
 
 
-class OffsetFetchRequest_v7(RequestStruct):  # noqa: N801 (aiokafka's naming)
+class OffsetFetchRequest_v7(RequestStruct):  # type: ignore[misc]  # aiokafka is untyped
     FLEXIBLE_VERSION = True
     API_KEY = 9
     API_VERSION = 7
@@ -90,7 +90,7 @@ class OffsetFetchRequest_v7(RequestStruct):  # noqa: N801 (aiokafka's naming)
     )
 
 
-class StableOffsetFetchRequest(Request[OffsetFetchRequest_v7]):
+class StableOffsetFetchRequest(Request[OffsetFetchRequest_v7]):  # type: ignore[misc]  # aiokafka is untyped
     """OffsetFetch of some partitions, answered only once no transaction commits them."""
 
     API_KEY = 9
@@ -100,7 +100,9 @@ class StableOffsetFetchRequest(Request[OffsetFetchRequest_v7]):
         self._partitions = partitions
 
     def build(self, request_struct_class: type[OffsetFetchRequest_v7]) -> OffsetFetchRequest_v7:
-        topics = [(topic, partitions, {}) for topic, partitions in self._partitions]
+        topics: list[tuple[str, list[int], dict[int, bytes]]] = [
+            (topic, partitions, {}) for topic, partitions in self._partitions
+        ]
         return request_struct_class(self._group_id, topics, True, {})
 
 
