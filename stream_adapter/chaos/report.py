@@ -248,6 +248,7 @@ class ChaosFigures:
             and self.final_lag == 0
             and self.unexpected_outcomes == 0
             and all(f.recover_s is not None for f in self.faults)
+            and (self.guarantee != "exactly_once" or self.duplicate_replies == 0)
         )
 
     @property

@@ -52,10 +52,14 @@ def _figures(
 
 
 def _chaos_figures(
-    approved: dict[str, ApprovedTool], killed: dict[str, KilledTool] | None = None
+    approved: dict[str, ApprovedTool],
+    killed: dict[str, KilledTool] | None = None,
+    *,
+    guarantee: str = "at_least_once",
+    duplicates: int = 0,
 ) -> ChaosFigures:
     return ChaosFigures(
-        guarantee="at_least_once",
+        guarantee=guarantee,
         reader="read_uncommitted",
         broker="local",
         calls=7,
@@ -64,9 +68,9 @@ def _chaos_figures(
         approvals_asked_twice=0,
         approved_runs_twice=0,
         approved_outcome_unknown=0,
-        duplicate_replies=0,
+        duplicate_replies=duplicates,
         duplicate_pending_replies=0,
-        duplicate_terminal_replies=0,
+        duplicate_terminal_replies=duplicates,
         unexpected_outcomes=0,
         final_lag=0,
         worker_kills=0,
@@ -116,6 +120,13 @@ def test_an_idempotent_unknown_a_missing_effect_or_a_second_one_fails(
     figures = _figures(replies, ledger)
     assert not figures[tool].ok
     assert not _verdict(figures)
+
+
+def test_a_duplicate_reply_fails_an_exactly_once_run_only() -> None:
+    approved = _figures({}, ONE_EACH)
+    assert _chaos_figures(approved, duplicates=3).passed  # at least once they are expected
+    assert _chaos_figures(approved, guarantee="exactly_once").passed
+    assert not _chaos_figures(approved, guarantee="exactly_once", duplicates=1).passed
 
 
 # The kills that landed while an approved tool ran (report.killed_figures).
