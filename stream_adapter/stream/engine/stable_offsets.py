@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import errors as kafka_errors
+from aiokafka.consumer.group_coordinator import UNKNOWN_OFFSET
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import (
     Boolean,
@@ -29,8 +30,6 @@ from aiokafka.protocol.types import (
     TaggedFields,
 )
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
-
-UNKNOWN_OFFSET = -1
 
 
 class UnstableOffsetCommit(kafka_errors.BrokerResponseError):  # type: ignore[misc]  # aiokafka is untyped
