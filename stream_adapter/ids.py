@@ -62,14 +62,25 @@ def delivery_text(value: object, name: str) -> str:
     raise ToolUsageError(f"{name} must be a str or an int, not {type(value).__name__}")
 
 
+_ID_PAIRS: dict[str, tuple[blake2b, blake2b]] = {}
+"""derive_ids' two primed hashers per source (few sources, reused for every message)."""
+
+
 def derive_ids(message_id: str, source: str) -> tuple[str, str]:
     """(run_id, call_id) derived from a delivery id, namespaced by its source.
 
     The same two digests as _digest("run"/"call", source, message_id), with the message id
-    encoded once: this runs for every call that names no ids.
+    encoded once and both primed hashers found in one lookup: this runs for every call that
+    names no ids.
     """
-    tail = _encoded((message_id,))
-    run, call = _hasher("run", source).copy(), _hasher("call", source).copy()
+    pair = _ID_PAIRS.get(source)
+    if pair is None:
+        if len(_ID_PAIRS) >= 64:
+            _ID_PAIRS.clear()
+        pair = _ID_PAIRS[source] = (_hasher("run", source), _hasher("call", source))
+    data = message_id.encode("utf-8", "surrogatepass")
+    tail = b"%d:%s" % (len(data), data)
+    run, call = pair[0].copy(), pair[1].copy()
     run.update(tail)
     call.update(tail)
     return "run_" + run.hexdigest(), "call_" + call.hexdigest()

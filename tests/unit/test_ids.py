@@ -5,7 +5,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_adapter.ids import approval_id_for, derive_call_id, derive_ids, derive_run_id, fresh_id
+from stream_adapter.ids import (
+    _digest,
+    approval_id_for,
+    derive_call_id,
+    derive_ids,
+    derive_run_id,
+    fresh_id,
+)
 
 text = st.text(max_size=30)
 
@@ -28,6 +35,38 @@ def test_different_sources_never_collide(message_id: str, a: str, b: str) -> Non
 def test_distinct_pairs_never_collide(m1: str, s1: str, m2: str, s2: str) -> None:
     if (m1, s1) != (m2, s2):
         assert not set(derive_ids(m1, s1)) & set(derive_ids(m2, s2))
+
+
+def test_derived_ids_never_change() -> None:
+    """A redelivery after an upgrade must name the same call: these values are pinned."""
+    assert derive_ids("tool-calls:3:1000", "kafka") == (
+        "run_8d67c6f741ca45bd8dce12e3d0e8b90a",
+        "call_34cf69333ab599f6e97469d60a554dfc",
+    )
+    assert derive_ids("\u00e9\udc80", "sqs") == (
+        "run_42577edfa5c0583cdc2082e6a5e46adb",
+        "call_d622785a314a1cdc489a7d8625004971",
+    )
+
+
+@given(text, text)
+def test_derive_ids_is_the_two_digests(message_id: str, source: str) -> None:
+    expected = (
+        "run_" + _digest("run", source, message_id),
+        "call_" + _digest("call", source, message_id),
+    )
+    assert derive_ids(message_id, source) == expected
+
+
+def test_many_sources_keep_their_ids() -> None:
+    """More sources than the primed hashers kept: each still derives its own digests."""
+    first = [derive_ids("m", f"source-{n}") for n in range(200)]
+    again = [derive_ids("m", f"source-{n}") for n in range(200)]
+    assert first == again
+    assert first[7] == (
+        "run_" + _digest("run", "source-7", "m"),
+        "call_" + _digest("call", "source-7", "m"),
+    )
 
 
 def test_encoding_is_length_prefixed() -> None:
