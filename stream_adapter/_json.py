@@ -1,11 +1,13 @@
 """Strict JSON in and out: orjson on the fast path, exact checks only when a cheap test fails.
 
 orjson rejects invalid UTF-8 and NaN/Infinity, but keeps the last of duplicate keys, turns
-integers beyond 64 bits into floats and nests to 1024. All three are ruled out by counting
-bytes in C in the common case: at most MAX_DEPTH brackets cannot nest deeper; an integer out
-of range has at least 19 digits in a row; and every key/value pair puts one ``:`` in the text,
-as in orjson's re-encoding of the decoded value, so equal colon counts (with no ``\\u`` escape
-that could hide a colon) mean no pair was dropped. Otherwise a walk of the value and the
+integers beyond 64 bits into floats and nests to 1024. All three are ruled out in C in the
+common case. A text of at most 2 * MAX_DEPTH + 1 bytes cannot nest deeper (nor can one of at
+most MAX_DEPTH brackets). A text equal to orjson's re-encoding of its value (compact JSON, as
+most producers write it) dropped no pair and turned no integer into a float. Otherwise: an
+integer out of range has at least 19 digits in a row; and every key/value pair puts one
+``:`` in the text, as in the re-encoding, so equal colon counts (with no ``\\u`` escape that
+could hide a colon) mean no pair was dropped. When a test fails, a walk of the value and the
 stdlib parser re-check exactly.
 """
 
@@ -28,6 +30,8 @@ _BIG_FLOAT = float(1 << 63)
 _FOLD = bytes.maketrans(b"123456789{", b"000000000[")
 """Digits to 0 and braces to brackets, so one count and one search test depth and length."""
 _LONG_RUN = b"0" * 19
+_SHALLOW_BYTES = 2 * MAX_DEPTH + 1
+"""A text this short cannot nest deeper than MAX_DEPTH (each level takes two brackets)."""
 
 
 class JSONError(ValueError):
@@ -115,13 +119,18 @@ def loads(data: bytes | str, max_bytes: int) -> Any:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise JSONError("payload is not valid JSON") from None
-    folded = data.translate(_FOLD)
-    if (
-        folded.count(b"[") > MAX_DEPTH
-        or _LONG_RUN in folded
-        or b"\\u" in data
-        or data.count(b":") != orjson.dumps(value).count(b":")
-    ):
+    folded = None
+    if len(data) > _SHALLOW_BYTES:
+        folded = data.translate(_FOLD)
+        if folded.count(b"[") > MAX_DEPTH:
+            _check_exactly(data, value)
+            return value
+    encoded = orjson.dumps(value)  # at most MAX_DEPTH deep here, within orjson's limit
+    if encoded == data:
+        return value
+    if folded is None:
+        folded = data.translate(_FOLD)
+    if _LONG_RUN in folded or b"\\u" in data or data.count(b":") != encoded.count(b":"):
         _check_exactly(data, value)
     return value
 

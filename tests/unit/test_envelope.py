@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -209,6 +210,14 @@ def test_escaped_and_colon_heavy_payloads_parse_on_the_exact_path(obj: dict[str,
     assert env.arguments == obj["arguments"]
 
 
+@given(valid_calls())
+def test_compact_payloads_parse_as_the_stdlib_reads_them(obj: dict[str, Any]) -> None:
+    """A payload that is orjson's own encoding of its value takes the shortest path."""
+    payload = orjson.dumps(obj)
+    env = parse_envelope(payload)
+    assert env.tool == obj["tool"] and env.arguments == json.loads(payload)["arguments"]
+
+
 def _sized(size: int) -> bytes:
     head, tail = b'{"tool":"t","arguments":{"pad":"', b'"}}'
     return head + b"x" * (size - len(head) - len(tail)) + tail
@@ -320,15 +329,17 @@ def test_envelope_is_frozen() -> None:
         env.tool = "x"  # type: ignore[misc]
 
 
-@given(arguments, st.text(max_size=8), json_values, json_values, st.booleans())
+@given(arguments, st.text(max_size=8), json_values, json_values, st.booleans(), st.booleans())
 def test_any_duplicated_key_is_refused(
-    args: dict[str, Any], key: str, first: Any, second: Any, ascii_only: bool
+    args: dict[str, Any], key: str, first: Any, second: Any, ascii_only: bool, compact: bool
 ) -> None:
-    """The colon-count shortcut must never miss a duplicate, escaped or not."""
-    body = json.dumps(args, ensure_ascii=ascii_only)[1:-1]
+    """Neither shortcut (the compact text, the colon count) misses a duplicate, escaped or
+    not."""
+    seps = (",", ":") if compact else None
+    body = json.dumps(args, ensure_ascii=ascii_only, separators=seps)[1:-1]
 
     def pair(value: Any) -> str:
-        return json.dumps(key, ensure_ascii=ascii_only) + ":" + json.dumps(value)
+        return json.dumps(key, ensure_ascii=ascii_only) + ":" + json.dumps(value, separators=seps)
 
     inner = ",".join(p for p in (pair(first), body, pair(second)) if p)
     with pytest.raises(ToolUsageError):
