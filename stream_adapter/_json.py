@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["MAX_DEPTH", "JSONError", "check_value", "dumps", "loads"]
+__all__ = ["MAX_DEPTH", "SHALLOW_BYTES", "JSONError", "check_value", "dumps", "loads"]
 
 MAX_DEPTH = 128
 """Deepest nesting accepted in envelopes, decisions and results (orjson encodes up to 254)."""
@@ -30,7 +30,7 @@ _BIG_FLOAT = float(1 << 63)
 _FOLD = bytes.maketrans(b"123456789{", b"000000000[")
 """Digits to 0 and braces to brackets, so one count and one search test depth and length."""
 _LONG_RUN = b"0" * 19
-_SHALLOW_BYTES = 2 * MAX_DEPTH + 1
+SHALLOW_BYTES = 2 * MAX_DEPTH + 1
 """A text this short cannot nest deeper than MAX_DEPTH (each level takes two brackets)."""
 
 
@@ -120,7 +120,7 @@ def loads(data: bytes | str, max_bytes: int) -> Any:
     except orjson.JSONDecodeError:
         raise JSONError("payload is not valid JSON") from None
     folded = None
-    if len(data) > _SHALLOW_BYTES:
+    if len(data) > SHALLOW_BYTES:
         folded = data.translate(_FOLD)
         if folded.count(b"[") > MAX_DEPTH:
             _check_exactly(data, value)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from stream_adapter import logs
-from stream_adapter._json import MAX_DEPTH, JSONError, check_value
+from stream_adapter._json import MAX_DEPTH, SHALLOW_BYTES, JSONError, check_value
 from stream_adapter.errors import AdapterError, ToolFailed, ToolNotFound, ToolTimeout
 from stream_adapter.tools import (
     CallContext,
@@ -189,7 +189,7 @@ def _refused(result: Any) -> str | None:
         encoded = None
     if (
         encoded is None
-        or encoded.count(b"[") + encoded.count(b"{") > MAX_DEPTH
+        or (len(encoded) > SHALLOW_BYTES and encoded.count(b"[") + encoded.count(b"{") > MAX_DEPTH)
         or orjson.loads(encoded) != result
     ):
         try:
