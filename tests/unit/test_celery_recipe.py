@@ -128,9 +128,13 @@ def wait_started(result: AsyncResult) -> int:
     """Wait for the task to be running; return the pid of the process running it."""
     deadline = time.monotonic() + RESULT_TIMEOUT_S
     while time.monotonic() < deadline:
-        if result.state == "STARTED" and isinstance(result.info, dict):
-            return int(result.info["pid"])
-        assert result.state == "PENDING", result.state
+        # One read of the backend per poll: `result.state` reads it again at each access, so
+        # a task starting between two reads would look neither pending nor started.
+        meta = result.backend.get_task_meta(result.id)
+        state, info = meta["status"], meta["result"]
+        if state == "STARTED" and isinstance(info, dict):
+            return int(info["pid"])
+        assert state in ("PENDING", "STARTED"), state
         time.sleep(0.02)
     raise AssertionError("the task never started")
 
