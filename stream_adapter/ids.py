@@ -33,7 +33,11 @@ def _encoded(parts: tuple[str, ...]) -> bytes:
     return b"".join(out)
 
 
-@lru_cache(maxsize=64)
+_PRIMED_SOURCES = 64
+"""How many (kind, source) prefixes, and derive_ids sources, keep a primed hasher."""
+
+
+@lru_cache(maxsize=_PRIMED_SOURCES)
 def _hasher(*prefix: str) -> blake2b:
     """blake2b having hashed prefix (a kind and a source: few, reused for every message)."""
     return blake2b(_encoded(prefix), digest_size=16, person=_PERSON)
@@ -75,11 +79,10 @@ def derive_ids(message_id: str, source: str) -> tuple[str, str]:
     """
     pair = _ID_PAIRS.get(source)
     if pair is None:
-        if len(_ID_PAIRS) >= 64:
+        if len(_ID_PAIRS) >= _PRIMED_SOURCES:
             _ID_PAIRS.clear()
         pair = _ID_PAIRS[source] = (_hasher("run", source), _hasher("call", source))
-    data = message_id.encode("utf-8", "surrogatepass")
-    tail = b"%d:%s" % (len(data), data)
+    tail = _encoded((message_id,))
     run, call = pair[0].copy(), pair[1].copy()
     run.update(tail)
     call.update(tail)
