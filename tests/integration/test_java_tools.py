@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 SEPARATOR = " | "
 
 
-@pytest.mark.parametrize("codec", ["zstd", "none"])
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "none"])
 async def test_the_java_console_consumer_reads_replies_with_keys_and_headers(
     worker_factory: Callable[..., WorkerProcess], client: Client, codec: str
 ) -> None:

@@ -3,8 +3,11 @@ written for."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.record import default_records as python_records
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer, TransactionManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
@@ -49,7 +52,7 @@ def test_the_installed_versions_are_the_ones_written_for() -> None:
     patches.check_versions()  # what pyproject.toml pins must pass its own check
 
 
-def test_install_replaces_the_eight_methods_once_and_keeps_the_originals() -> None:
+def test_install_replaces_the_nine_functions_once_and_keeps_the_originals() -> None:
     patches.install()
     patches.install()
     assert Consumer._new_offset is offsets.new_offset
@@ -62,11 +65,13 @@ def test_install_replaces_the_eight_methods_once_and_keeps_the_originals() -> No
         (Recovery, "_build_offsets"),
         (Recovery, "_build_highwaters"),
         (GroupCoordinator, "_do_fetch_commit_offsets"),
+        (python_records, "lz4_encode"),
+        (sys.modules[python_records.DefaultRecordBatchBuilder.__module__], "lz4_encode"),
     ]
-    for cls, name in replaced:
-        own = patches.original(cls, name)
-        assert own is not getattr(cls, name)
-        assert own.__module__.startswith(("faust.", "aiokafka.")), (cls, name)
+    for owner, name in replaced:
+        own = patches.original(owner, name)
+        assert own is not getattr(owner, name)
+        assert own.__module__.startswith(("faust.", "aiokafka.")), (owner, name)
 
 
 def test_an_app_on_another_faust_is_refused_before_it_is_built(

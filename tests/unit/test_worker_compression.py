@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import cramjam
 import pytest
-from aiokafka.record.default_records import DefaultRecordBatch
+from aiokafka.record.default_records import DefaultRecordBase, DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
 
 from stream_adapter import kafka_clients
 from stream_adapter.settings import Settings
-from stream_adapter.stream.engine import BatchSender
+from stream_adapter.stream.engine import BatchSender, compression, patches
 from stream_adapter.stream.engine.connection import faust_connection
 
 
@@ -50,3 +51,31 @@ def test_faust_gets_the_compression_and_the_credentials() -> None:
     options = kafka_clients.client_options(none)
     plain = faust_connection(options, kafka_clients.compression_type(none))
     assert plain == {"producer_compression_type": None}
+
+
+def _records_section(codec: str, values: list[bytes]) -> bytes:
+    """A batch of values as the inline lane builds it, less its header."""
+    settings = Settings.model_validate({"compression": codec})
+    producer = kafka_clients.producer(settings)
+    app = SimpleNamespace(producer=SimpleNamespace(_ensure_producer=lambda: producer))
+    batch = BatchSender(app).batch(1 << 20)
+    for value in values:
+        assert batch.append(b"run-1", value, [])
+    raw = bytes(batch._builder._builder.build())
+    assert [r.value for r in MemoryRecords(raw).next_batch()] == values  # type: ignore[union-attr]
+    return raw[DefaultRecordBase.HEADER_STRUCT.size :]
+
+
+def _lz4_frame(data: bytes, level: int) -> bytes:
+    compressor = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
+    compressor.compress(data)
+    return bytes(compressor.finish())
+
+
+async def test_lz4_batches_are_written_in_lz4s_fast_mode() -> None:
+    patches.install()
+    values = [b'{"status": "ok", "i": %d, "pad": "%s"}' % (i, b"ab" * (i % 50)) for i in range(300)]
+    plain = _records_section("none", values)
+    frame = _records_section("lz4", values)
+    assert frame == _lz4_frame(plain, compression.LZ4_LEVEL)
+    assert frame != _lz4_frame(plain, 9)  # aiokafka's own level: LZ4HC

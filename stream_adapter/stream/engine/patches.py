@@ -1,14 +1,15 @@
 """The engine's replacements of faust-streaming and aiokafka methods, installed by one function.
 
-Each replaces a method process-wide (a class attribute), so each is written against one
-release: `install` refuses any other faust-streaming, mode-streaming or aiokafka release
-than those, with a message saying what to check. What each patch fixes, the test that proves
-it and when it can go are in docs/faust-patches.md.
+Each replaces a method process-wide (a class attribute; for lz4, a module's function), so
+each is written against one release: `install` refuses any other faust-streaming,
+mode-streaming or aiokafka release than those, with a message saying what to check. What each
+patch fixes, the test that proves it and when it can go are in docs/faust-patches.md.
 """
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from types import ModuleType
 from typing import Any
 
 WRITTEN_FOR = {"faust-streaming": "0.15.3", "mode-streaming": "0.7", "aiokafka": "0.14"}
@@ -78,18 +79,38 @@ def install() -> None:
     _replace(Recovery, "_build_offsets", foreign_stores_set_aside)
     _replace(Recovery, "_build_highwaters", standbys_without_waiting)
     _replace(GroupCoordinator, "_do_fetch_commit_offsets", stable_offsets.stable_fetch)
+    install_fast_lz4()
 
 
-def original(cls: type, name: str) -> Any:
-    """The method `install` replaced on cls (Faust's own), or the current one if none was."""
-    return getattr(cls, ORIGINAL + name, getattr(cls, name))
+def install_fast_lz4() -> None:
+    """Check the versions, then make aiokafka write lz4 batches in LZ4's fast mode (patch 9;
+    `install` does this too): for clients outside a worker that compress as it does."""
+    check_versions()
+    import sys
+
+    from aiokafka.record import default_records
+
+    from stream_adapter.stream.engine import compression
+
+    # The batch builder in use (aiokafka's C extension, or its Python one without it) calls
+    # its own module's lz4_encode.
+    builder_module = sys.modules[default_records.DefaultRecordBatchBuilder.__module__]
+    for module in (default_records, builder_module):
+        _replace(module, "lz4_encode", compression.fast_lz4)
 
 
-def _replace(cls: type, name: str, wrap: Any) -> None:
-    """Set cls.name to wrap(Faust's own method), once; the original is kept beside it."""
+def original(owner: type | ModuleType, name: str) -> Any:
+    """What `install` replaced on owner (Faust's or aiokafka's own), or the current one if
+    nothing was."""
+    return getattr(owner, ORIGINAL + name, getattr(owner, name))
+
+
+def _replace(owner: type | ModuleType, name: str, wrap: Any) -> None:
+    """Set owner.name (a class's method or a module's function) to wrap(its own), once; the
+    original is kept beside it."""
     kept = ORIGINAL + name
-    if kept in cls.__dict__:
+    if kept in vars(owner):
         return
-    own = cls.__dict__[name]
-    setattr(cls, kept, own)
-    setattr(cls, name, wrap(own))
+    own = vars(owner)[name]
+    setattr(owner, kept, own)
+    setattr(owner, name, wrap(own))
