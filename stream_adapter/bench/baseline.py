@@ -13,10 +13,13 @@ import orjson
 
 from stream_adapter import kafka_clients
 from stream_adapter.settings import Settings
+from stream_adapter.stream.engine.patches import install_fast_lz4
 
 
 async def run(bootstrap: str, calls: str, replies: str, group: str) -> None:
-    # The environment's settings (COMPRESSION too), like the worker it is measured beside.
+    # The environment's settings (COMPRESSION too), like the worker it is measured beside,
+    # and lz4 written at the worker's level.
+    install_fast_lz4()
     settings = Settings().with_changes(broker=bootstrap)
     consumer = kafka_clients.consumer(
         settings,

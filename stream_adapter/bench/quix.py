@@ -8,10 +8,16 @@ from typing import Any
 
 from quixstreams import Application
 
+from stream_adapter.settings import Settings
+
 
 def main() -> None:
     exactly_once = os.environ.get("BENCH_GUARANTEE") == "exactly-once"
-    options: dict[str, Any] = {}
+    # Replies compressed with the environment's COMPRESSION, like the worker's (librdkafka
+    # writes lz4 in LZ4's fast mode, as the worker does).
+    options: dict[str, Any] = {
+        "producer_extra_config": {"compression.type": Settings().compression},
+    }
     if "BENCH_COMMIT_INTERVAL_S" in os.environ:
         options["commit_interval"] = float(os.environ["BENCH_COMMIT_INTERVAL_S"])
     app = Application(
