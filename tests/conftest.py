@@ -28,10 +28,6 @@ from tests.services import (  # noqa: F401
 
 KAFKA_IMAGE = f"apache/kafka:{local.KAFKA_VERSION}"
 JARS_DIR = ROOT / ".kafka" / "libs"
-BROKER_JVM_FLAGS = ("-XX:TieredStopAtLevel=1",)
-"""The tests' brokers compile with C1 only, as the bench's and the clusters' do: on two cores,
-C2 compiling a fresh broker's hot paths takes more CPU than its request threads for minutes,
-and the suite starts dozens of brokers."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -100,11 +96,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     home = tmp_path_factory.mktemp("kafka")
     config = local.BrokerConfig(
-        home=home,
-        port=local.free_port(),
-        controller_port=local.free_port(),
-        jvm_flags=BROKER_JVM_FLAGS,
-        jars_dir=JARS_DIR,
+        home=home, port=local.free_port(), controller_port=local.free_port(), jars_dir=JARS_DIR
     )
     yield local.start(config)
     local.stop(config)
@@ -121,7 +113,6 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[secure.S
         controller_port=local.free_port(),
         jars_dir=JARS_DIR,
         heap_mb=512,
-        jvm_flags=BROKER_JVM_FLAGS,
     )
     config = broker.config()
     local.start(config, timeout_s=120)
@@ -138,7 +129,6 @@ def own_broker(tmp_path: Path) -> Iterator[local.BrokerConfig]:
         controller_port=local.free_port(),
         jars_dir=JARS_DIR,
         heap_mb=384,
-        jvm_flags=BROKER_JVM_FLAGS,
     )
     yield config
     local.stop(config, kill=True)

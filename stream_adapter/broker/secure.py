@@ -46,8 +46,6 @@ class SecureBroker:
     heap_mb: int = 768
     jars_dir: Path | None = None
     extra: dict[str, str] = field(default_factory=dict)
-    jvm_flags: tuple[str, ...] = ()
-    """Added to the JVM's command line, as `local.BrokerConfig.jvm_flags`."""
 
     @property
     def secure_dir(self) -> Path:
@@ -119,7 +117,6 @@ class SecureBroker:
             port=self.port,
             controller_port=self.controller_port,
             heap_mb=self.heap_mb,
-            jvm_flags=self.jvm_flags,
             jars_dir=self.jars_dir,
             extra={**_properties(self), **self.extra},
             format_args=tuple(_scram_args(self)),

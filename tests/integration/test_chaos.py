@@ -20,7 +20,6 @@ from stream_adapter.broker import local
 from stream_adapter.chaos.fuzz import FuzzOptions, run_fuzz
 from stream_adapter.chaos.harness import BrokerControl
 from stream_adapter.chaos.scenario import ChaosOptions, run_chaos
-from tests.conftest import BROKER_JVM_FLAGS
 from tests.harness import ROOT
 
 pytestmark = pytest.mark.timeout(600)  # the exactly-once run may take its 480 s
@@ -33,7 +32,6 @@ def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerContr
         port=local.free_port(),
         controller_port=local.free_port(),
         jars_dir=ROOT / ".kafka" / "libs",
-        jvm_flags=BROKER_JVM_FLAGS,
     )
     broker = BrokerControl(local.start(config), config)
     yield broker
