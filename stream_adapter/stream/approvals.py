@@ -417,11 +417,15 @@ class ApprovalFlow:
         await self.ctx.outputs.reply(resolved.reply, message_id=record.message_id, headers=trace)
 
     async def _after_live_run(self, record: ApprovalRecord) -> ApprovalRecord:
-        """record, or, while this worker runs its call, the record once that run is over."""
+        """record, or, while this worker runs its call, the record once no run of it is live
+        here: a run that ended with no outcome stored may wake another waiter first, which
+        starts the next run before this one looks."""
         over = self._running.get(record.approval_id)
         if over is None:
             return record
-        await over.wait()
+        while over is not None:
+            await over.wait()
+            over = self._running.get(record.approval_id)
         return self.table.get(record.approval_id) or record
 
     def _idempotent(self, record: ApprovalRecord) -> bool:
