@@ -56,7 +56,7 @@ from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER, DecisionKeys
 from stream_adapter.stream.calls import PARK, RESUME, SWEEP
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.engine import Delivery, DurableTable, Headers
-from stream_adapter.stream.faults import APPROVED_RAN, PARKED, RUNNING, crash_point
+from stream_adapter.stream.faults import APPROVED_DONE, APPROVED_RAN, PARKED, RUNNING, crash_point
 from stream_adapter.stream.tracing import as_headers
 
 
@@ -77,9 +77,9 @@ class ApprovalTable:
     async def put(self, record: ApprovalRecord, partition: int, *, now: bool = False) -> None:
         """Store record and wait until its changelog entry is acknowledged by the broker.
 
-        Exactly once the entry joins the event's transaction, except with `now`: the running
-        mark goes outside it, or a crash would abort it and let the redelivered decision run
-        the call a second time.
+        Exactly once the entry joins the event's transaction, except with `now`: a run's
+        `running` and `done` marks go outside it, or an abort would take them back, and the
+        redone decision would run the call a second time or find its outcome lost.
         """
         await self._table.put(record.approval_id.encode(), record.to_bytes(), partition, now=now)
 
@@ -493,10 +493,14 @@ class ApprovalFlow:
                     error_kind=error.kind,
                     **ids,
                 )
-            await self.table.put(finish(running, reply), partition)
+            # Outside the transaction too: an abort must not take back an outcome the tool
+            # produced, or the redone decision would find the call `running` and answer
+            # `unknown` (or run an idempotent tool once more).
+            await self.table.put(finish(running, reply), partition, now=True)
         finally:
             del self._running[record.approval_id]
             over.set()
+        crash_point(APPROVED_DONE)
         await self.ctx.outputs.reply(reply, message_id=record.message_id, headers=inner or trace)
 
     def _log_late(self, record: ApprovalRecord, approved: bool) -> None:

@@ -19,6 +19,7 @@ CALL_REPLIED = "call-replied"  # a plain call's reply is acked by the broker; no
 PARKED = "parked"  # the pending record is durable; no pending_approval reply yet
 RUNNING = "running"  # an approved call's running mark is durable; the tool has not started
 APPROVED_RAN = "approved-ran"  # the approved tool has returned; its done mark is not written
+APPROVED_DONE = "approved-done"  # the approved call's done mark is durable; no reply yet
 
 
 class InjectedFault(RuntimeError):

@@ -73,6 +73,38 @@ async def test_approved_call_runs_once_in_exactly_once_mode(
     assert len(committed.replies_for(run_id=run_id, status="pending_approval")) == 1
 
 
+async def test_an_outcome_stored_before_a_crash_is_not_lost_with_the_transaction(
+    worker_factory: Callable[..., WorkerProcess], committed: Client
+) -> None:
+    """wire_funds ran and its outcome was stored, then the worker died before its commit: the
+    next worker answers with that outcome, not `unknown`, and never runs it again."""
+    first = worker_factory(name="first", STREAM_ADAPTER_CRASH_AT=faults.APPROVED_DONE, **EOS)
+    await first.ready()
+    run_id = unique("run")
+    await committed.call(
+        "wire_funds", {"account": "d", "amount_cents": 4}, run_id=run_id, call_id=unique("call")
+    )
+    pending = await committed.reply_for(status="pending_approval", run_id=run_id)
+    await committed.decide(pending["approval_id"], True)
+
+    def dead() -> bool:
+        return first.proc is not None and first.proc.poll() is not None
+
+    await wait_for(dead, timeout_s=60, what="the first worker to die")
+    second = worker_factory(name="second", **EOS)
+    await second.ready()
+    done = await committed.reply_for(status="already_done", run_id=run_id, timeout_s=60)
+    assert done["outcome"]["status"] == "ok", done
+    assert done["outcome"]["result"]["amount_cents"] == 4, done
+    await wait_lag_zero(second.settings)
+    lines = [json.loads(x) for x in second.ledger.read_text().splitlines()]
+    assert len(lines) == 1
+    assert [r["status"] for r in committed.replies_for(run_id=run_id)] == [
+        "pending_approval",
+        "already_done",
+    ]
+
+
 async def test_an_idempotent_approved_call_killed_after_it_ran_finishes_once_exactly_once(
     worker_factory: Callable[..., WorkerProcess], committed: Client
 ) -> None:
