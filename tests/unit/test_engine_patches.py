@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.producer.transaction_manager import TransactionManager as AIOKafkaTransactionManager
 from aiokafka.record import default_records as python_records
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer, TransactionManager
@@ -52,7 +53,7 @@ def test_the_installed_versions_are_the_ones_written_for() -> None:
     patches.check_versions()  # what pyproject.toml pins must pass its own check
 
 
-def test_install_replaces_the_nine_functions_once_and_keeps_the_originals() -> None:
+def test_install_replaces_the_ten_functions_once_and_keeps_the_originals() -> None:
     patches.install()
     patches.install()
     assert Consumer._new_offset is offsets.new_offset
@@ -65,6 +66,7 @@ def test_install_replaces_the_nine_functions_once_and_keeps_the_originals() -> N
         (Recovery, "_build_offsets"),
         (Recovery, "_build_highwaters"),
         (GroupCoordinator, "_do_fetch_commit_offsets"),
+        (AIOKafkaTransactionManager, "consumer_group_to_add"),
         (python_records, "lz4_encode"),
         (sys.modules[python_records.DefaultRecordBatchBuilder.__module__], "lz4_encode"),
     ]

@@ -13,7 +13,7 @@ from faust.transport.drivers.aiokafka import Producer
 from faust.types import TP
 
 from stream_adapter.stream.engine import patches
-from stream_adapter.stream.engine.commits.transactions import TransactionGuard
+from stream_adapter.stream.engine.commits.transactions import EARLY_GROUP, TransactionGuard
 
 
 class _TxnProducer:
@@ -56,6 +56,7 @@ def _faust_producer(current: _TxnProducer, fresh: _TxnProducer) -> Any:
         _trn_locks={},
         _new_producer=lambda transactional_id: fresh,
         _ensure_producer=lambda: None,
+        app=SimpleNamespace(conf=SimpleNamespace(id="app")),
     )
 
 
@@ -181,9 +182,12 @@ async def test_concurrent_first_begins_build_one_producer() -> None:
         _trn_locks={},
         _new_producer=new_producer,
         _ensure_producer=lambda: None,
+        app=SimpleNamespace(conf=SimpleNamespace(id="app")),
     )
     await asyncio.gather(*(Producer.begin_transaction(faust_producer, "t-1") for _ in range(3)))
     assert len(built) == 1
+    # Tagged for the early AddOffsetsToTxn (`early_offsets_group`).
+    assert getattr(built[0]._txn_manager, EARLY_GROUP) == "app"
 
 
 async def test_offsets_alone_are_committed_in_a_transaction_begun_for_them() -> None:
@@ -195,3 +199,36 @@ async def test_offsets_alone_are_committed_in_a_transaction_begun_for_them() -> 
     assert await TransactionManager.commit(manager, {_tp(0): 4, _tp(1): 9}) is True
     assert idle.events == ["begin", "commit", "begin"] and busy.events == ["commit", "begin"]
     assert idle.offsets == [{_tp(0): 4}] and busy.offsets == [{_tp(1): 9}]
+
+
+async def test_the_group_joins_a_transaction_once_its_first_partitions_have() -> None:
+    """AddOffsetsToTxn goes out beside the transaction's records, not at its commit; an empty
+    transaction, one in commit, and a producer that is not the worker's add no group."""
+    from aiokafka.producer.transaction_manager import TransactionManager as Manager
+    from aiokafka.structs import TopicPartition
+
+    patches.install()
+    manager, other = Manager("app-1-0", 60_000), Manager("theirs", 60_000)
+    setattr(manager, EARLY_GROUP, "app")
+    for m in (manager, other):
+        m.set_pid_and_epoch(7, 0)
+        m.begin_transaction()
+    assert manager.consumer_group_to_add() is None  # nothing in the transaction yet
+    for m in (manager, other):
+        m.maybe_add_partition_to_txn(TopicPartition("replies", 3))
+        assert m.consumer_group_to_add() is None  # its partition is still being added
+        m.partition_added(TopicPartition("replies", 3))
+    assert manager.consumer_group_to_add() == "app"
+    assert other.consumer_group_to_add() is None  # aiokafka's own rule for other producers
+    manager.consumer_group_added("app")
+    assert manager.consumer_group_to_add() is None  # added once
+    manager.add_offsets_to_txn({TopicPartition("calls", 3): 11}, "app")
+    assert manager.offsets_to_commit() == ({TopicPartition("calls", 3): 11}, "app")
+    late = Manager("app-1-1", 60_000)
+    setattr(late, EARLY_GROUP, "app")
+    late.set_pid_and_epoch(8, 0)
+    late.begin_transaction()
+    late.maybe_add_partition_to_txn(TopicPartition("replies", 4))
+    late.partition_added(TopicPartition("replies", 4))
+    late.committing_transaction()
+    assert late.consumer_group_to_add() is None  # committing: too late to add it

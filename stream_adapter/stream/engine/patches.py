@@ -59,6 +59,9 @@ def install() -> None:
     """Check the versions, then install every patch (idempotent)."""
     check_versions()
     from aiokafka.consumer.group_coordinator import GroupCoordinator
+    from aiokafka.producer.transaction_manager import (
+        TransactionManager as AIOKafkaTransactionManager,
+    )
     from faust.tables.recovery import Recovery
     from faust.transport.consumer import Consumer, TransactionManager
     from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
@@ -79,6 +82,7 @@ def install() -> None:
     _replace(Recovery, "_build_offsets", foreign_stores_set_aside)
     _replace(Recovery, "_build_highwaters", standbys_without_waiting)
     _replace(GroupCoordinator, "_do_fetch_commit_offsets", stable_offsets.stable_fetch)
+    _replace(AIOKafkaTransactionManager, "consumer_group_to_add", transactions.early_offsets_group)
     install_fast_lz4()
 
 

@@ -111,8 +111,38 @@ def guarded_begin_transaction(begin: Method) -> Method:
                 self._transaction_producers.pop(transactional_id, None)
                 await current.stop()
             await begin(self, transactional_id)
+            manager = getattr(
+                self._transaction_producers.get(transactional_id), "_txn_manager", None
+            )
+            if manager is not None:
+                setattr(manager, EARLY_GROUP, self.app.conf.id)
 
     return begin_transaction
+
+
+EARLY_GROUP = "_stream_adapter_offsets_group"
+"""The consumer group a transactional producer's manager adds to each transaction early
+(`early_offsets_group`); set by `guarded_begin_transaction` on the worker's producers only."""
+
+
+def early_offsets_group(own: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    """aiokafka's `TransactionManager.consumer_group_to_add`, which also names the worker's
+    group once the transaction's first partitions are in it: `AddOffsetsToTxn` then goes out
+    while the transaction's records are produced, and a commit takes two round trips
+    (`TxnOffsetCommit`, `EndTxn`) instead of three. An empty transaction adds nothing."""
+
+    def consumer_group_to_add(self: Any) -> str | None:
+        group = own(self)
+        if (
+            group is None
+            and self._txn_consumer_group is None
+            and self._txn_partitions
+            and self.state == TransactionState.IN_TRANSACTION
+        ):
+            return getattr(self, EARLY_GROUP, None)
+        return group
+
+    return consumer_group_to_add
 
 
 async def guarded_commit(
