@@ -69,6 +69,13 @@ from stream_adapter.settings import Settings
     help="Paced part of the uncounted warm-up, so the broker is warm for small requests too.",
 )
 @click.option(
+    "--settle-s",
+    type=click.FloatRange(0.0),
+    default=default("settle_s"),
+    show_default=True,
+    help="Idle time before each contender, so none inherits the one before's after-effects.",
+)
+@click.option(
     "--own-broker/--configured-broker",
     default=None,
     help="A fresh local broker for the run, or the settings' broker "
@@ -107,6 +114,7 @@ def bench(
     paced_s: float,
     paced_fractions: tuple[float, ...],
     warm_paced_s: float,
+    settle_s: float,
     own_broker: bool | None,
     scale_out: bool,
     state_sizes: tuple[int, ...],
@@ -190,6 +198,7 @@ def bench(
                 paced_s=paced_s,
                 paced_fractions=paced_fractions,
                 warm_paced_s=warm_paced_s,
+                settle_s=settle_s,
             )
             results = asyncio.run(run_bench(cfg, say=step))
         finally:

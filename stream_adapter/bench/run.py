@@ -3,6 +3,7 @@ medians of their per-round figures and ratios as a table, JSON and a chart."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import uuid
@@ -166,6 +167,9 @@ async def run_bench(cfg: BenchConfig, say: Callable[[str], None] = print) -> Rou
             cfg.partitions,
             appended=frozenset({contender.replies_topic}),
         )
+        if cfg.settle_s > 0:
+            say(f"round {round_no}: {cfg.settle_s:.0f} s idle before {contender.name}")
+            await asyncio.sleep(cfg.settle_s)
         say(f"round {round_no}: running {contender.name} ({len(planned.backlog)} calls)")
         group = planned.pace
         paced: Any = ()

@@ -25,6 +25,7 @@ async def test_small_bench_runs_every_contender_in_rounds(
         paced_s=1.0,
         paced_fractions=(0.25, 0.5),
         warm_paced_s=0.5,
+        settle_s=0.1,
         sleep_calls_per_slot=2,
         rounds=2,
         quix_eos_intervals_s=(0.5,),
