@@ -26,9 +26,9 @@ class BenchConfig:
     warm_paced_s: float = 90.0
     sleep_calls_per_slot: int = 40
     settle_s: float = 60.0
-    """Idle time before each contender's backlog: a worker that started right after Quix
-    Streams exactly once ran about a quarter slower than one that started a minute later,
-    with the machine idle in between (docs/bench.md, "What the contender before leaves")."""
+    """Idle time before each contender's backlog, so none runs slowed by the one before it
+    (after Quix Streams exactly once, a worker ran slower for up to a minute: docs/bench.md,
+    "What the contender before leaves")."""
     rounds: int = 3
     """Every contender runs once per round, in the same order (A B C D, A B C D, ...); each
     figure and ratio is the median of its per-round values, with min and max."""
