@@ -148,21 +148,36 @@ class LoopWatch:
             self._suspect = None
 
     def _watchdog(self) -> None:
-        """Look at the loop thread's stack once it is half a stall late; report at a stall."""
-        period_s = min(self.interval_s, self.stall_s) / 4
-        while not self._stop.wait(period_s):
-            beat = self._beat
-            held_s = time.monotonic() - beat - self.interval_s
-            if held_s < self.stall_s / 2:
-                continue
-            with self._lock:
-                if beat != self._beat or self._in_stall:
-                    continue  # the loop woke meanwhile, or this stall is reported
-                if self._suspect is None or self._suspect[0] != beat:
-                    self._suspect = (beat, self._tool_on_stack())
-                if held_s >= self.stall_s:
-                    self._in_stall = True
-                    self._stalled(self._suspect[1] or self._tool_on_stack(), held_s)
+        """Look at the loop thread's stack once it is half a stall late; report at a stall.
+
+        It sleeps until the last beat could be that late instead of waking on a fixed tick:
+        every wake-up takes the GIL from the loop thread, and on a machine whose cores are
+        busy, getting it back cost the loop milliseconds each time (docs/bench.md, "The
+        watchdog's wake-ups").
+        """
+        wait_s = self._look()
+        while not self._stop.wait(wait_s):
+            wait_s = self._look()
+
+    def _look(self) -> float:
+        """One look at the loop; how long until the next one can find something new."""
+        half_s = self.stall_s / 2
+        beat = self._beat
+        held_s = time.monotonic() - beat - self.interval_s
+        if held_s < half_s:
+            return half_s - held_s
+        with self._lock:
+            if beat != self._beat:
+                return 0.0  # the loop woke meanwhile: look again from its new beat
+            if self._in_stall:
+                return half_s  # reported; the loop's next beat ends it
+            if self._suspect is None or self._suspect[0] != beat:
+                self._suspect = (beat, self._tool_on_stack())
+            if held_s < self.stall_s:
+                return self.stall_s - held_s
+            self._in_stall = True
+            self._stalled(self._suspect[1] or self._tool_on_stack(), held_s)
+            return half_s
 
     def _tool_on_stack(self) -> str | None:
         """The innermost tool function on the loop thread's stack now, if any."""

@@ -171,3 +171,28 @@ async def test_an_idle_loop_reports_nothing(held: Held) -> None:
     finally:
         await watch.stop()
     assert watch.stalls == {}
+
+
+async def test_the_watchdog_wakes_only_when_a_stall_could_be_due(held: Held) -> None:
+    """Each wake-up of the watchdog thread takes the GIL from the loop: while the loop beats on
+    time it looks once per half a stall past the interval, not several times per beat."""
+    watch = LoopWatch(executor_codes(held.executor), interval_s=0.02, stall_s=0.2)
+    looks = 0
+    look = watch._look
+
+    def counted() -> float:
+        nonlocal looks
+        looks += 1
+        return look()
+
+    watch._look = counted  # type: ignore[method-assign]
+    watch.start()
+    try:
+        await wait_for(
+            lambda: sum(watch.lag_counts) >= 40, timeout_s=DEADLINE_S, what="forty wake-ups"
+        )
+    finally:
+        await watch.stop()
+    beats = sum(watch.lag_counts)
+    assert 1 <= looks <= beats // 3, (looks, beats)
+    assert watch.stalls == {}
