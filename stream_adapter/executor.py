@@ -99,46 +99,50 @@ class Executor:
                         result = await tool.fn(**kwargs)
                     else:
                         result = await self._in_thread(tool, kwargs)
-        except TimeoutError:
-            ids = _ids(tool, run_id, call_id, approval_id)
-            logs.event(logs.WARNING, "tool timed out", error_kind=ToolTimeout.kind, **ids)
-            raise ToolTimeout(
-                f"tool {tool.name!r} ran past its {tool.timeout_s} s timeout", **ids
-            ) from None
-        except AdapterError as exc:
-            exc.tool, exc.run_id, exc.call_id = tool.name, run_id, call_id
-            exc.approval_id = approval_id
-            raise
-        except Exception as exc:
-            retryable = isinstance(exc, tool.retry_on)
-            ids = _ids(tool, run_id, call_id, approval_id)
-            logs.event(logs.WARNING, "tool raised", error_kind=ToolFailed.kind, **ids)
-            logs.event(logs.DEBUG, "tool exception", exc_type=type(exc).__name__, **ids)
-            failed = ToolFailed(
-                f"tool {tool.name!r} raised {type(exc).__name__}", retryable=retryable, **ids
-            )
-            failed.original = exc  # kept off the traceback chain so no log prints its text
-            raise failed from None
         except BaseException as exc:
-            if _cancelled(exc):
-                raise  # the caller is being cancelled (a shutdown): let it stop
-            # SystemExit, KeyboardInterrupt or CancelledError raised by the tool itself: a
-            # failed call, never the end of the loop (or of the worker) that runs it.
-            ids = _ids(tool, run_id, call_id, approval_id)
-            logs.event(logs.WARNING, "tool raised", error_kind=ToolFailed.kind, **ids)
-            logs.event(logs.DEBUG, "tool exception", exc_type=type(exc).__name__, **ids)
-            failed = ToolFailed(
-                f"tool {tool.name!r} raised {type(exc).__name__}", retryable=False, **ids
-            )
-            failed.original = exc
-            raise failed from None
+            error = _call_error(exc, tool, run_id, call_id, approval_id)
+            if error is exc:
+                raise
+            raise error from None
         finally:
             _current.reset(token)
-        refused = _refused(result)
-        if refused is not None:
-            ids = _ids(tool, run_id, call_id, approval_id)
-            logs.event(logs.WARNING, "tool result refused", error_kind=ToolFailed.kind, **ids)
-            raise ToolFailed(f"tool {tool.name!r} returned {refused}", **ids)
+        _check_result(result, tool, run_id, call_id, approval_id)
+        return result
+
+    def run_now(
+        self, tool: Tool, arguments: Mapping[str, Any], *, run_id: str, call_id: str
+    ) -> Any:
+        """run_tool for a tool that never waits (`Tool.never_waits`), on the caller's own
+        stack: its coroutine is stepped once, with no coroutine, task or timeout around it.
+
+        Returns WAITED (the coroutine closed, nothing run to its end) if the tool suspended
+        after all; raises what run_tool raises.
+        """
+        ctx = CallContext(tool.name, run_id, call_id, None)
+        kwargs: Mapping[str, Any] = arguments  # unpacking into fn copies it anyway
+        if tool.context_param is not None or not tool.takes_anything:
+            checked = tool.validate(arguments)
+            if tool.context_param is not None:
+                checked[tool.context_param] = ctx
+            kwargs = checked
+        token = _current.set(ctx)
+        try:
+            step = tool.fn(**kwargs)
+            try:
+                step.send(None)
+            except StopIteration as done:
+                result = done.value
+            else:
+                step.close()
+                return WAITED
+        except BaseException as exc:
+            error = _call_error(exc, tool, run_id, call_id, None)
+            if error is exc:
+                raise
+            raise error from None
+        finally:
+            _current.reset(token)
+        _check_result(result, tool, run_id, call_id, None)
         return result
 
     async def _in_thread(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
@@ -168,6 +172,52 @@ def _cancelled(exc: BaseException) -> bool:
 
 def _ids(tool: Tool, run_id: str, call_id: str, approval_id: str | None) -> dict[str, Any]:
     return {"tool": tool.name, "run_id": run_id, "call_id": call_id, "approval_id": approval_id}
+
+
+WAITED: Any = object()
+"""What `Executor.run_now` returns for a tool that suspended: nothing of it ran to its end."""
+
+
+def _call_error(
+    exc: BaseException, tool: Tool, run_id: str, call_id: str, approval_id: str | None
+) -> BaseException:
+    """What a tool's exception becomes for its caller: exc itself (an AdapterError, given the
+    call's ids, or the cancellation of the caller), ToolTimeout or ToolFailed (logged)."""
+    if isinstance(exc, TimeoutError):
+        ids = _ids(tool, run_id, call_id, approval_id)
+        logs.event(logs.WARNING, "tool timed out", error_kind=ToolTimeout.kind, **ids)
+        return ToolTimeout(f"tool {tool.name!r} ran past its {tool.timeout_s} s timeout", **ids)
+    if isinstance(exc, AdapterError):
+        exc.tool, exc.run_id, exc.call_id = tool.name, run_id, call_id
+        exc.approval_id = approval_id
+        return exc
+    if isinstance(exc, Exception):
+        retryable = isinstance(exc, tool.retry_on)
+    elif _cancelled(exc):
+        return exc  # the caller is being cancelled (a shutdown): let it stop
+    else:
+        # SystemExit, KeyboardInterrupt or CancelledError raised by the tool itself: a
+        # failed call, never the end of the loop (or of the worker) that runs it.
+        retryable = False
+    ids = _ids(tool, run_id, call_id, approval_id)
+    logs.event(logs.WARNING, "tool raised", error_kind=ToolFailed.kind, **ids)
+    logs.event(logs.DEBUG, "tool exception", exc_type=type(exc).__name__, **ids)
+    failed = ToolFailed(
+        f"tool {tool.name!r} raised {type(exc).__name__}", retryable=retryable, **ids
+    )
+    failed.original = exc  # kept off the traceback chain so no log prints its text
+    return failed
+
+
+def _check_result(
+    result: Any, tool: Tool, run_id: str, call_id: str, approval_id: str | None
+) -> None:
+    """ToolFailed (logged) unless result can be a reply's result."""
+    refused = _refused(result)
+    if refused is not None:
+        ids = _ids(tool, run_id, call_id, approval_id)
+        logs.event(logs.WARNING, "tool result refused", error_kind=ToolFailed.kind, **ids)
+        raise ToolFailed(f"tool {tool.name!r} returned {refused}", **ids)
 
 
 _STRICT = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME

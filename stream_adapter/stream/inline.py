@@ -31,6 +31,7 @@ import orjson
 from stream_adapter import logs
 from stream_adapter.envelope import Envelope, parse_envelope
 from stream_adapter.errors import AdapterError
+from stream_adapter.executor import WAITED
 from stream_adapter.partitions import partition_for
 from stream_adapter.replies import Reply, ok_reply
 from stream_adapter.stream import faults
@@ -166,17 +167,13 @@ class InlineCalls:
         if tool is None:
             return Handoff(envelope=envelope)
         started = time.perf_counter()
-        step = ctx.executor.run_tool(
-            tool, envelope.arguments, run_id=envelope.run_id, call_id=envelope.call_id
-        )
         try:
-            step.send(None)
-        except StopIteration as done:
-            result = done.value
+            result = ctx.executor.run_now(
+                tool, envelope.arguments, run_id=envelope.run_id, call_id=envelope.call_id
+            )
         except AdapterError as exc:
             return Handoff(envelope=envelope, failed=exc)
-        else:  # never_waits says this cannot happen; run it again where waiting is allowed
-            step.close()
+        if result is WAITED:  # never_waits says it cannot; run it again where waiting is allowed
             logs.event(logs.ERROR, "inline tool waited", tool=tool.name)
             return Handoff(envelope=envelope)
         if ctx.metrics is not None:
@@ -188,8 +185,9 @@ class InlineCalls:
         source = (message.topic, message.partition) if self._transactional else None
         self._append(message, source, envelope.run_id.encode(), value, message_id, tool.name)
         self._keys.add(key)
+        if not self._held:
+            self._idle.clear()
         self._held += 1
-        self._idle.clear()
         if source is not None:
             self._held_by[source] = self._held_by.get(source, 0) + 1
         return None
