@@ -76,3 +76,27 @@ async def test_a_quick_round_leaves_the_sending_to_its_end(monkeypatch: pytest.M
     events: list[Any] = []
     await _Dispatching(events)._dispatch(_round(20), None)
     assert events == list(range(20))  # the round's end (the fetch loop) flushes it
+
+
+async def test_records_taken_on_the_spot_and_a_flow_stopped_by_an_awaited_one() -> None:
+    """A handler may finish a record on the spot (it returns None, nothing awaited); when it
+    awaits instead, other tasks may have stopped the flow, and the rest is fetched again."""
+    events: list[Any] = []
+    dispatching = _Dispatching(events)
+    refetched: list[dict[Any, int]] = []
+
+    async def stop_the_flow() -> None:
+        dispatching.flow_active = False  # a rebalance began while the job was scheduled
+
+    def handler(message: Any) -> Any:
+        events.append(message.offset)
+        return stop_the_flow() if message.offset == 5 else None
+
+    async def refetch(offsets: dict[Any, int]) -> None:
+        refetched.append(offsets)
+
+    dispatching.handlers = {TOPIC: handler}
+    dispatching._refetch = refetch  # type: ignore[attr-defined]
+    await dispatching._dispatch(_round(20), None)
+    assert events == list(range(6))
+    assert refetched == [{TP(TOPIC, 0): 6}]

@@ -41,7 +41,9 @@ jobs waiting at the commit gate enter before the next commit pauses them again. 
 once at 10,000 calls/s, back-to-back commits (a 10 ms gap) raised p99 against the whole
 interval; half the interval lowered it at every rate measured (docs/bench.md)."""
 
-Handler = Callable[[Any], Awaitable[None]]
+Handler = Callable[[Any], Awaitable[None] | None]
+"""Takes a record: None when done with it on the spot (nothing awaited); else an awaitable
+that finishes handing it on (a job scheduled, say)."""
 Flush = Callable[[], Awaitable[None]]
 Drain = Callable[[], Awaitable[None]]
 Pause = Callable[[], AbstractAsyncContextManager[None]]
@@ -210,8 +212,9 @@ class FastConsumer(faust_aiokafka.Consumer):
                     await self._end_slice()
                     yield_at = clock() + ROUND_SLICE_S
                 continue
+            waited = True  # another task may have run: check the flow before the next record
             for record in batch:
-                if (
+                if waited and (
                     self.should_stop
                     or not self.flow_active
                     or app.consumer_generation_id != generation_id
@@ -230,14 +233,19 @@ class FastConsumer(faust_aiokafka.Consumer):
                     self._never_delivered(tp, skipped_from, offset)
                 expected[tp] = offset + 1
                 handler = handlers.get(message.topic)
-                if handler is not None:
-                    await handler(message)  # it tracks what it does not ack at once
-                else:
+                if handler is None:
                     await self.wait_first(slow(message), self.suspend_flow.wait())
+                    waited = True
+                else:
+                    pending_job = handler(message)  # it tracks what it does not ack at once
+                    waited = pending_job is not None
+                    if pending_job is not None:
+                        await pending_job
                 read_offset[tp] = offset
                 if clock() >= yield_at:
                     await self._end_slice()
                     yield_at = clock() + ROUND_SLICE_S
+                    waited = True
 
     async def _end_slice(self) -> None:
         """A slice of a long round is done: the routes send what they batched so far (as at

@@ -106,21 +106,39 @@ class JobRoute:
         else:
             self._app.route(topic, self, self.flush, self.drain, self.paused)
 
-    async def __call__(self, message: Any) -> None:
+    def __call__(self, message: Any) -> Awaitable[None] | None:
+        """None when the lane finished with message on the spot (nothing awaited, so nothing
+        else ran meanwhile); else what schedules it as a job, to be awaited."""
         scheduler = self._scheduler
         if scheduler is None:
             scheduler = self._scheduler = KeyedScheduler(self._max_queued, _on_job_error)
         key = order_key(message)
         work = self._process
-        if self._lane_factory is not None:
-            lane = self._lane or await self._build_lane()
-            if not scheduler.busy(key) and self._partition_clear(message):
+        lane = self._lane
+        if lane is None:
+            if self._lane_factory is not None:
+                return self._with_new_lane(message)
+        else:
+            if not scheduler.busy(key) and (
+                self._app.commit_gate is None or self._partition_clear(message)
+            ):
                 offered = lane.offer(message, key)
                 if offered is None:
-                    return
+                    return None
                 work = offered
             if lane.holds(key):
-                await lane.flush()  # the key's earlier outputs go first (contract §9)
+                return self._after_flush(lane, message, key, work)
+        return self._schedule(message, delivery_of(message), key, work)
+
+    async def _with_new_lane(self, message: Any) -> None:
+        """The route's first record: build the lane on the worker's loop, then hand it on."""
+        await self._build_lane()
+        pending = self(message)
+        if pending is not None:
+            await pending
+
+    async def _after_flush(self, lane: Lane, message: Any, key: Hashable, work: Process) -> None:
+        await lane.flush()  # the key's earlier outputs go first (contract §9)
         await self._schedule(message, delivery_of(message), key, work)
 
     async def _build_lane(self) -> Lane:
@@ -132,9 +150,7 @@ class JobRoute:
 
     def _partition_clear(self, message: Any) -> bool:
         """Exactly once: no earlier record of message's partition is a job short of its
-        outputs (at least once, always)."""
-        if self._app.commit_gate is None:
-            return True
+        outputs."""
         last = self._last_section.get((message.topic, message.partition))
         return last is None or last.done.done()
 
