@@ -132,7 +132,7 @@ class RecordBatch:
     """Records for one partition, built in memory and sent whole (`transactional`: inside a
     transaction)."""
 
-    __slots__ = ("_builder",)
+    __slots__ = ("_append", "_builder")
 
     def __init__(
         self, size_bytes: int, compression: int = 0, *, transactional: bool = False
@@ -146,12 +146,20 @@ class RecordBatch:
             key_serializer=None,
             value_serializer=None,
         )
+        # The record builder's own append, called with positional arguments: aiokafka's
+        # wrapper passes keywords, which its C extension parses at several times the cost.
+        self._append = self._builder._builder.append
 
     def append(self, key: bytes | None, value: bytes, headers: Headers) -> bool:
         """Add a record; False when the batch is full (the record was not added)."""
-        return (
-            self._builder.append(timestamp=None, key=key, value=value, headers=headers) is not None
-        )
+        builder = self._builder
+        if builder._closed:
+            return False
+        if self._append(builder._relative_offset, None, key, value, headers) is None:
+            builder.close()
+            return False
+        builder._relative_offset += 1  # the batch's record count, as aiokafka's append keeps it
+        return True
 
 
 class BatchSender:
