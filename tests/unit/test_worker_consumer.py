@@ -28,3 +28,37 @@ async def test_reads_committed_records_and_fetches_wait_briefly(tmp_path: Path) 
         assert consumer._fetch_max_wait_ms == FETCH_MAX_WAIT_MS  # Faust asks for 1,500 ms
     finally:
         await consumer.stop()
+
+
+async def test_ack_all_counts_each_new_offset_once_across_runs_of_partitions(
+    tmp_path: Path,
+) -> None:
+    from faust.types import TP
+    from faust.types.tuples import Message
+
+    registry = ToolRegistry()
+
+    @registry.tool
+    async def echo(**kwargs: object) -> dict[str, object]:
+        return kwargs
+
+    settings = Settings.for_app("worker-acks", data_dir=str(tmp_path))
+    app = build_app(settings, Executor(registry))
+    consumer = app.consumer
+    topic = settings.calls_topic
+    zero, one = TP(topic, 0), TP(topic, 1)
+    consumer._committed_offset[one] = 5  # offsets below it are committed already
+    app.topics._acking_topics.add(topic)  # as the conductor indexes it when the worker starts
+
+    def message(tp: TP, offset: int) -> Message:
+        return Message(topic, tp.partition, offset, 0.0, 0, [], b"k", b"{}", None, tp=tp)
+
+    first = [message(zero, 1), message(zero, 2), message(one, 4), message(one, 6)]
+    first.append(message(TP(topic, 0), 3))  # an equal partition object of its own
+    consumer.ack_all(first)
+    consumer.ack_all([first[0], message(zero, 2), message(one, 7)])  # one acked, one new twice
+    assert list(consumer._acked[zero]) == [1, 2, 3]
+    assert list(consumer._acked[one]) == [6, 7]
+    assert consumer._acked_index[one] == {6, 7}
+    assert consumer._n_acked == 5
+    assert all(m.acked for m in first)

@@ -126,19 +126,23 @@ class FastConsumer(faust_aiokafka.Consumer):
         if not messages or not self.app.topics.acks_enabled_for(messages[0].topic):
             return
         with ack_lock:
-            committed_offsets = self._committed_offset
+            acked_count = 0
+            last_tp: Any = None
+            committed, acked_index, acked = None, set(), []
             for message in messages:
                 if message.acked:
                     continue
                 message.acked = True
                 tp, offset = message.tp, message.offset
-                committed = committed_offsets[tp]
-                if committed is None or offset >= committed:
-                    acked_index = self._acked_index[tp]
-                    if offset not in acked_index:
-                        acked_index.add(offset)
-                        self._acked[tp].append(offset)
-                        self._n_acked += 1
+                if tp is not last_tp:  # a batch's messages come in runs of one partition
+                    last_tp = tp
+                    committed = self._committed_offset[tp]
+                    acked_index, acked = self._acked_index[tp], self._acked[tp]
+                if (committed is None or offset >= committed) and offset not in acked_index:
+                    acked_index.add(offset)
+                    acked.append(offset)
+                    acked_count += 1
+            self._n_acked += acked_count
             notify(self._waiting_for_ack)
 
     async def wait_empty(self) -> None:
@@ -213,6 +217,7 @@ class FastConsumer(faust_aiokafka.Consumer):
                     yield_at = clock() + ROUND_SLICE_S
                 continue
             waited = True  # another task may have run: check the flow before the next record
+            handler = handlers.get(tp.topic)
             for record in batch:
                 if waited and (
                     self.should_stop
@@ -232,7 +237,6 @@ class FastConsumer(faust_aiokafka.Consumer):
                 if skipped_from is not None and offset > skipped_from:
                     self._never_delivered(tp, skipped_from, offset)
                 expected[tp] = offset + 1
-                handler = handlers.get(message.topic)
                 if handler is None:
                     await self.wait_first(slow(message), self.suspend_flow.wait())
                     waited = True
