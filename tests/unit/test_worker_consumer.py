@@ -5,6 +5,7 @@ their connection)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from stream_adapter.executor import Executor
 from stream_adapter.settings import Settings
@@ -13,15 +14,19 @@ from stream_adapter.stream.engine.loop_consumer import FETCH_MAX_WAIT_MS
 from stream_adapter.tools import ToolRegistry
 
 
-async def test_reads_committed_records_and_fetches_wait_briefly(tmp_path: Path) -> None:
+def _app(app_id: str, tmp_path: Path) -> tuple[Settings, Any]:
     registry = ToolRegistry()
 
     @registry.tool
     async def echo(**kwargs: object) -> dict[str, object]:
         return kwargs
 
-    settings = Settings.for_app("worker-consumer", data_dir=str(tmp_path))
-    app = build_app(settings, Executor(registry))
+    settings = Settings.for_app(app_id, data_dir=str(tmp_path))
+    return settings, build_app(settings, Executor(registry))
+
+
+async def test_reads_committed_records_and_fetches_wait_briefly(tmp_path: Path) -> None:
+    _, app = _app("worker-consumer", tmp_path)
     consumer = app.consumer._thread._create_worker_consumer(app.transport)
     try:
         assert consumer._isolation_level == "read_committed"
@@ -36,14 +41,7 @@ async def test_ack_all_counts_each_new_offset_once_across_runs_of_partitions(
     from faust.types import TP
     from faust.types.tuples import Message
 
-    registry = ToolRegistry()
-
-    @registry.tool
-    async def echo(**kwargs: object) -> dict[str, object]:
-        return kwargs
-
-    settings = Settings.for_app("worker-acks", data_dir=str(tmp_path))
-    app = build_app(settings, Executor(registry))
+    settings, app = _app("worker-acks", tmp_path)
     consumer = app.consumer
     topic = settings.calls_topic
     zero, one = TP(topic, 0), TP(topic, 1)
