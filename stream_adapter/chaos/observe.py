@@ -67,6 +67,8 @@ class ReplyReader:
         self.read_committed = read_committed
         self.by_call: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.by_message: dict[str, list[dict[str, Any]]] = defaultdict(list)  # by delivery id
+        self.places: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+        """Per call_id, (partition, offset, timestamp ms) of each reply in by_call."""
         self.count = 0
         self.arrivals: list[float] = []
         """When (time.monotonic) each batch of replies arrived, in order."""
@@ -95,7 +97,11 @@ class ReplyReader:
             for messages in batches.values():
                 for message in messages:
                     reply = orjson.loads(message.value)
-                    self.by_call[str(reply.get("call_id"))].append(reply)
+                    call_id = str(reply.get("call_id"))
+                    self.by_call[call_id].append(reply)
+                    self.places[call_id].append(
+                        (message.partition, message.offset, message.timestamp)
+                    )
                     headers = dict(message.headers or ())
                     message_id = headers.get("message-id", b"").decode(errors="replace")
                     self.by_message[message_id].append(reply)

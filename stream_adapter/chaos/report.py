@@ -6,6 +6,8 @@ Definitions (docs/chaos.md):
   `pending_approval` replies, or an approval_id with more than one committed `pending` record;
 - an approved call run twice has more than one ledger line for its call_id;
 - duplicate replies are replies beyond the first `pending_approval` and the first terminal one;
+  the first ten calls that have any are listed with where and when each of their replies was
+  written, to trace them;
 - per approved tool: a call ended `unknown` when its first terminal reply is `already_done` with
   `outcome: "unknown"`, and normally otherwise; its effects are its ledger lines (an idempotent
   tool must have exactly one per approved call, and no call may have more than one);
@@ -205,6 +207,55 @@ def killed_figures(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class ReplyCopy:
+    """One reply of a call as the reader found it: its place in the replies topic and its
+    record timestamp in seconds from the run's start."""
+
+    status: str
+    partition: int
+    offset: int
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateExample:
+    """A call answered more than once, with every reply it got, in the order read."""
+
+    call_id: str
+    tool: str
+    replies: list[ReplyCopy]
+
+
+def duplicate_examples(
+    calls: Sequence[CallSpec],
+    by_call: Mapping[str, list[dict[str, Any]]],
+    places: Mapping[str, list[tuple[int, int, int]]],
+    start_ms: int,
+    *,
+    limit: int = 10,
+) -> list[DuplicateExample]:
+    """The first `limit` calls with a duplicate reply. `places` holds (partition, offset,
+    timestamp ms) of each reply in `by_call`, index for index."""
+    out = []
+    for call in calls:
+        replies = by_call.get(call.call_id, [])
+        statuses = [str(r.get("status")) for r in replies]
+        terminal = sum(1 for s in statuses if s in TERMINAL)
+        if terminal < 2 and statuses.count("pending_approval") < 2:
+            continue
+        copies = [
+            ReplyCopy(status, partition, offset, round((ts - start_ms) / 1000, 3))
+            for status, (partition, offset, ts) in zip(
+                statuses, places.get(call.call_id, []), strict=False
+            )
+        ]
+        out.append(DuplicateExample(call.call_id, call.tool, copies))
+        if len(out) == limit:
+            break
+    return out
+
+
 @dataclass(slots=True)
 class ChaosFigures:
     """What a chaos run reports; `passed` is the acceptance verdict."""
@@ -231,6 +282,7 @@ class ChaosFigures:
     faults: list[FaultRecord] = field(default_factory=list)
     outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
     missing_examples: list[str] = field(default_factory=list)
+    duplicate_examples: list[DuplicateExample] = field(default_factory=list)
     approved: dict[str, ApprovedTool] = field(default_factory=dict)
     """Per approved tool: how its calls ended and the ledger's effects per call."""
     killed: dict[str, KilledTool] = field(default_factory=dict)
@@ -415,3 +467,11 @@ def render(figures: ChaosFigures, console: Console) -> None:
         gap = "-" if fault.gap_s is None else f"{fault.gap_s:.1f}"
         faults.add_row(fault.kind, fault.target, f"{fault.at_s:.1f}", recovered, gap)
     console.print(faults)
+    if figures.duplicate_examples:
+        copies = Table("call answered twice", "tool", "replies: status, partition/offset, at (s)")
+        for example in figures.duplicate_examples:
+            where = "; ".join(
+                f"{c.status} {c.partition}/{c.offset} {c.at_s:.3f}" for c in example.replies
+            )
+            copies.add_row(example.call_id, example.tool, where)
+        console.print(copies)

@@ -50,6 +50,7 @@ from .report import (
     KilledRun,
     WorkerKill,
     approved_figures,
+    duplicate_examples,
     killed_figures,
     ledger_counts,
     longest_gap,
@@ -182,6 +183,7 @@ class ChaosRun:
         self.extra_calls: list[CallSpec] = []
         """Calls a kill-while-running fault sent of its own (part of the figures)."""
         self.started = time.monotonic()
+        self.started_ms = int(time.time() * 1000)  # for the replies' record timestamps
         self.faults_done = asyncio.Event()
         # Calls beyond options.calls (see _produce) come from their own generator, so the
         # faults drawn from self.rng stay the same for a seed.
@@ -486,6 +488,9 @@ class ChaosRun:
             faults=self.faults,
             outcomes=replies.outcomes,
             missing_examples=replies.without_terminal[:10],
+            duplicate_examples=duplicate_examples(
+                calls, self.reader.by_call, self.reader.places, self.started_ms
+            ),
             approved=approved_figures(calls, self.reader.by_call, ledger),
             killed=killed_figures(self.worker_kills, self.reader.by_call, ledger),
             kills=list(self.worker_kills),

@@ -14,10 +14,13 @@ from stream_adapter.chaos.load import APPROVED, EXPECTED, MIX, CallSpec
 from stream_adapter.chaos.report import (
     ApprovedTool,
     ChaosFigures,
+    DuplicateExample,
     KilledRun,
     KilledTool,
+    ReplyCopy,
     WorkerKill,
     approved_figures,
+    duplicate_examples,
     killed_figures,
 )
 from topologies.demo import TOOLS, registry
@@ -252,3 +255,28 @@ def test_the_missed_planned_kills_are_summed_over_tools() -> None:
     killed = _killed(kills, {}, ONE_EACH)
     assert [killed[t].missed for t in ("send_invoice", "wire_funds")] == [1, 1]
     assert _chaos_figures(_figures({}, ONE_EACH), killed).planned_running_kills_missed == 2
+
+
+def test_duplicate_examples_list_each_reply_of_a_call_answered_twice_with_its_place() -> None:
+    calls = [_call("echo", 1), _call("send_invoice", 2), _call("echo", 3)]
+    by_call = {
+        "echo-1": [OK],
+        "send_invoice-2": [{"status": "pending_approval"}, OK],
+        "echo-3": [OK, OK],
+    }
+    places = {
+        "echo-1": [(0, 5, 10_100)],
+        "send_invoice-2": [(1, 7, 10_200), (1, 9, 11_000)],
+        "echo-3": [(2, 3, 12_000), (2, 40, 12_250)],
+    }
+    examples = duplicate_examples(calls, by_call, places, 10_000)
+    assert examples == [
+        DuplicateExample(
+            "echo-3", "echo", [ReplyCopy("ok", 2, 3, 2.0), ReplyCopy("ok", 2, 40, 2.25)]
+        )
+    ]
+    asked_twice = {"send_invoice-2": [{"status": "pending_approval"}] * 2 + [OK]}
+    assert [e.call_id for e in duplicate_examples(calls, asked_twice, {}, 0)] == ["send_invoice-2"]
+    many = [_call("echo", n) for n in range(12)]
+    twice = {c.call_id: [OK, OK] for c in many}
+    assert len(duplicate_examples(many, twice, {}, 0)) == 10
