@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -126,17 +127,40 @@ def _ephemeral_low() -> int:
 
 
 def ensure_jars(config: BrokerConfig) -> Path:
-    """Fetch the broker's jars into `config.libs` with Maven on first use; return the folder."""
+    """Fetch the broker's jars into `config.libs` with Maven on first use; return the folder.
+
+    Commands started side by side share the folder: one fetches while the others wait on a
+    lock file beside it, then find the jars there."""
     libs = config.libs
     pom = resources.files("stream_adapter.broker") / "pom.xml"
-    # The marker names the pom it was fetched for: a pom that gained a jar fetches again.
-    marker = f"{KAFKA_VERSION} {hashlib.sha256(pom.read_bytes()).hexdigest()[:16]}"
-    if (libs / ".complete").exists() and (libs / ".complete").read_text() == marker:
+    marker = jars_marker()
+    if _fetched(libs, marker):
         return libs
+    libs.mkdir(parents=True, exist_ok=True)
+    with (libs.parent / f".{libs.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not _fetched(libs, marker):
+            _fetch(pom, libs)
+            (libs / ".complete").write_text(marker)
+    return libs
+
+
+def jars_marker() -> str:
+    """What a finished fetch writes to `libs/.complete`: the Kafka version and the pom it was
+    fetched for, so a pom that gained a jar fetches again."""
+    pom = resources.files("stream_adapter.broker") / "pom.xml"
+    return f"{KAFKA_VERSION} {hashlib.sha256(pom.read_bytes()).hexdigest()[:16]}"
+
+
+def _fetched(libs: Path, marker: str) -> bool:
+    done = libs / ".complete"
+    return done.exists() and done.read_text() == marker
+
+
+def _fetch(pom: Any, libs: Path) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise BrokerError("Maven (mvn) is not on PATH: it fetches the Kafka jars on first use")
-    libs.mkdir(parents=True, exist_ok=True)
     with resources.as_file(pom) as pom_path:
         cmd = [
             mvn,
@@ -152,8 +176,6 @@ def ensure_jars(config: BrokerConfig) -> Path:
     if done.returncode != 0:
         tail = (done.stdout + done.stderr)[-3000:]
         raise BrokerError(f"mvn could not fetch the Kafka {KAFKA_VERSION} jars:\n{tail}")
-    (libs / ".complete").write_text(marker)
-    return libs
 
 
 def _java() -> str:
