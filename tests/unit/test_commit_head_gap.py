@@ -58,6 +58,19 @@ def test_a_marker_at_the_committed_offset_is_stepped_over_but_not_the_call_after
     assert Consumer._new_offset(consumer, TP) == 5
 
 
+def test_offsets_acked_while_the_commit_covering_them_ran_never_take_the_commit_back() -> None:
+    # Traced in an exactly-once chaos run: 91-93 committed as 94, then 91 and 92 acked again
+    # (handled twice) before the consumer recorded 94; the next commit was 93.
+    patches.install()
+    consumer = _consumer(94, [91, 92])
+    assert Consumer._new_offset(consumer, TP) is None
+    assert consumer._acked[TP] == [] and consumer._acked_index[TP] == set()
+    consumer = _consumer(94, [92, 95, 94])
+    assert Consumer._new_offset(consumer, TP) == 96
+    assert consumer._acked[TP] == [] and consumer._acked_index[TP] == set()
+    assert Consumer._new_offset(_consumer(94, [93, 95]), TP) is None  # 94 still runs
+
+
 def _faust_with_head_rule(consumer: SimpleNamespace, tp: tuple[str, int]) -> int | None:
     """What the worker used before the bisection: Faust's method behind the head-gap check."""
     committed = consumer._committed_offset[tp]

@@ -2,7 +2,8 @@
 
 An acked offset above the committed one holds the commit until every offset below it is
 acked or known never to be delivered (transaction markers, compacted records, recorded
-exactly by the consumer): a commit never passes an unfinished call (contract §9). This replaces
+exactly by the consumer): a commit never passes an unfinished call (contract §9), and
+never goes back below the committed offset. This replaces
 faust-streaming's `Consumer._new_offset` (engine/patches.py; why, in docs/faust-patches.md).
 Acked offsets are distinct, so once sorted the run is the prefix where `acked[i] - i` is
 still `acked[0]`: a bisection finds its end without a per-offset walk.
@@ -10,6 +11,7 @@ still `acked[0]`: a bisection finds its end without a per-offset walk.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 
@@ -42,6 +44,14 @@ def new_offset(self: Any, tp: Any) -> int | None:
             acked[:] = set(acked)  # a gap may overlap an ack after a seek back
     acked.sort()
     committed = self._committed_offset[tp]
+    if committed is not None and acked[0] < committed:
+        # Acked while the commit that covers them ran (it takes them out of the index
+        # before it records the new committed offset): never commit back over them.
+        stale = bisect_left(acked, committed)
+        self._acked_index[tp].difference_update(acked[:stale])
+        del acked[:stale]
+        if not acked:
+            return None
     if committed is not None and acked[0] > committed:
         return None  # the head offset is not finished
     end = _run_length(acked)
