@@ -58,28 +58,53 @@ class StreamHold:
     twice (one of two gaps found behind an exactly-once chaos run that committed 256 calls'
     replies twice; the other is engine/stable_offsets.py). Changelog partitions resume at
     once: recovery reads them before it seeks.
+
+    Only a seek begun after the partitions were held releases them. A seek back to the
+    committed offsets after a fetch that returned while the flow was stopped can begin
+    during a rebalance and end after the next assignment; releasing then let stream records
+    be handled before the recovery's own seek moved them back (docs/chaos.md).
     """
 
     def __init__(self) -> None:
         self._pending = False
         self._held: set[Any] = set()
+        self._assignment = 0  # counts assignments: a seek's ticket names the one it began in
+        self._asked = False  # stream partitions were held since the assignment
+        self._sought = False  # a seek begun after that has ended
 
     def assigned(self) -> None:
         """Partitions were assigned: a seek to the committed offsets is to come."""
+        self._assignment += 1
         self._pending = True
         self._held.clear()
+        self._asked = self._sought = False
 
     def resumable(self, tps: Iterable[Any], changelog_topics: Collection[str]) -> set[Any]:
-        """Those of tps to resume now; the others are held until `sought`."""
+        """Those of tps to resume now; the others are held until a seek begun after this."""
         tpset = set(tps)
         if not self._pending:
             return tpset
         streams = {tp for tp in tpset if tp.topic not in changelog_topics}
-        self._held |= streams
+        if streams:
+            self._held |= streams
+            self._asked = True
         return tpset - streams
 
-    def sought(self, assignment: Collection[Any]) -> set[Any]:
-        """The seek is done: the held partitions still assigned, to resume now."""
+    def seek_begins(self) -> int | None:
+        """A seek to the committed offsets begins: its ticket if its end may release the
+        held partitions (they were held before it began), else None."""
+        return self._assignment if self._pending and self._asked else None
+
+    def seek_ended(self, ticket: int | None) -> None:
+        """The seek with this ticket succeeded."""
+        if ticket is not None and ticket == self._assignment:
+            self._sought = True
+
+    def release(self, assignment: Collection[Any]) -> set[Any]:
+        """No seek is running: the held partitions still assigned, to resume now, once a seek
+        begun after they were held has ended (else none)."""
+        if not (self._pending and self._sought):
+            return set()
         self._pending = False
         held, self._held = self._held, set()
         return {tp for tp in held if tp in assignment}
@@ -105,8 +130,9 @@ class FastConsumer(faust_aiokafka.Consumer):
         self.pauses = []
         self._seeks = 0  # seeks begun or ended: a fetch that spans one is not handed on
         self._expected: dict[Any, int] = {}  # the offset a partition's next record should have
-        self._seeking = asyncio.Event()
+        self._seeking = asyncio.Event()  # set while no seek runs
         self._seeking.set()
+        self._seeks_running = 0
         self.stuck = StuckPartitions()
         """Partitions set aside because their next batch cannot be fetched or decoded."""
         self.restore: BulkRestore | None = None
@@ -317,15 +343,21 @@ class FastConsumer(faust_aiokafka.Consumer):
 
     async def perform_seek(self) -> None:
         """Faust's seek to the committed offsets; what a fetch returns meanwhile waits. The
-        stream partitions held back since the assignment resume once it is done."""
+        stream partitions held back since the assignment resume once a seek begun after
+        they were held is done and no other seek is running."""
+        ticket = self._held.seek_begins()
         self._seeks += 1
+        self._seeks_running += 1
         self._seeking.clear()
         try:
             await super().perform_seek()
+            self._held.seek_ended(ticket)
         finally:
             self._seeks += 1
-            self._seeking.set()
-        super().resume_partitions(self._held.sought(self.assignment()))
+            self._seeks_running -= 1
+            if not self._seeks_running:
+                self._seeking.set()
+                super().resume_partitions(self._held.release(self.assignment()))
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         """Faust's; stream partitions then wait for the recovery's seek (`resume_partitions`)."""
