@@ -357,7 +357,10 @@ class FastConsumer(faust_aiokafka.Consumer):
             self._seeks_running -= 1
             if not self._seeks_running:
                 self._seeking.set()
-                super().resume_partitions(self._held.release(self.assignment()))
+                released = self._held.release(self.assignment())
+                if released:
+                    logs.event(logs.INFO, "stream partitions resumed", partitions=len(released))
+                super().resume_partitions(released)
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         """Faust's; stream partitions then wait for the recovery's seek (`resume_partitions`)."""
@@ -384,6 +387,7 @@ class FastConsumer(faust_aiokafka.Consumer):
 
     async def _seek_back(self) -> None:
         """Fetched while the flow was stopped: go back to the committed offsets (as Faust)."""
+        logs.event(logs.INFO, "seeking back to the committed offsets: fetched while stopped")
         try:
             await self.perform_seek()
         except Exception as exc:
