@@ -60,3 +60,49 @@ async def test_ack_all_counts_each_new_offset_once_across_runs_of_partitions(
     assert consumer._acked_index[one] == {6, 7}
     assert consumer._n_acked == 5
     assert all(m.acked for m in first)
+
+
+async def test_overlapping_seeks_resume_held_partitions_once_the_last_has_ended(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A seek back begun before the assignment and the recovery's seek overlap: the held
+    stream partitions resume only when both are done, and records fetched meanwhile wait
+    (`_seeking`) until then."""
+    import asyncio
+
+    from faust.transport.drivers import aiokafka as faust_aiokafka
+    from faust.types import TP
+
+    settings, app = _app("worker-seeks", tmp_path)
+    consumer = app.consumer
+    calls = TP(settings.calls_topic, 0)
+    gates = [asyncio.Event(), asyncio.Event()]
+    started: list[int] = []
+    resumed: list[set[Any]] = []
+
+    async def faust_seek(self: Any) -> None:  # Faust's seek: the broker's answer is awaited
+        started.append(len(started))
+        await gates[len(started) - 1].wait()
+
+    monkeypatch.setattr(faust_aiokafka.Consumer, "perform_seek", faust_seek)
+    monkeypatch.setattr(
+        faust_aiokafka.Consumer, "resume_partitions", lambda self, tps: resumed.append(set(tps))
+    )
+    monkeypatch.setattr(type(consumer), "assignment", lambda self: {calls})
+
+    seek_back = asyncio.create_task(consumer.perform_seek())  # begun during a rebalance
+    await asyncio.sleep(0)
+    consumer._held.assigned()
+    consumer.resume_partitions({calls})  # the recovery asks for its stream partitions
+    assert resumed == [set()]
+    recovery = asyncio.create_task(consumer.perform_seek())
+    await asyncio.sleep(0)
+    assert started == [0, 1]
+    gates[0].set()
+    await seek_back
+    assert not consumer._seeking.is_set()  # the recovery's seek still runs
+    assert all(not tps for tps in resumed)
+    gates[1].set()
+    await recovery
+    assert consumer._seeking.is_set()
+    assert resumed[-1] == {calls}
