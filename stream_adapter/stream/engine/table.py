@@ -1,15 +1,19 @@
 """A Faust table of bytes keys and values whose writes are acknowledged before they count.
 
-Each write waits until its changelog record is acknowledged by the broker. Exactly once, a
-write joins the transaction of the message being processed and reaches the local store only
-once that transaction commits (staged until then, and read through), so the store never
-holds what an abort took back; with `now`, it goes outside the transaction, durable at once.
+Each write waits until its changelog record is acknowledged by the broker, and reaches the
+local store (RocksDB, which outlives a crash) only then: until the ack it is held in memory
+and read through. A write the store took before its changelog did survived a SIGKILL in the
+store alone; the redelivered message found it there and wrote nothing, and the worker that
+restored the partition from the changelog never saw it (docs/chaos.md). Exactly once, a write
+joins the transaction of the message being processed and reaches the local store only once
+that transaction commits (staged until then, and read through), so the store never holds
+what an abort took back; with `now`, it goes outside the transaction, durable at once.
 A delete is a write of None: a tombstone on the changelog, which compaction later drops.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from stream_adapter.stream.engine.commits.transactions import TransactionGuard
@@ -23,15 +27,20 @@ class DurableTable:
         self._table = table
         self._sender = sender
         self._staged: dict[str, dict[bytes, tuple[int, bytes | None]]] = {}  # by transactional id
+        self._unacked: dict[bytes, tuple[bytes | None, object]] = {}  # the key's latest write
         if guard is not None:
             guard.on_commit.append(self._committed)
             guard.on_reset.append(self._staged.clear)
 
     def get(self, key: bytes) -> bytes | None:
-        """The value of key: staged in an open transaction, else in the local store."""
+        """The value of key: staged in an open transaction, else written and not yet
+        acknowledged, else in the local store."""
         for writes in self._staged.values():
             if key in writes:
                 return writes[key][1]
+        unacked = self._unacked.get(key)
+        if unacked is not None:
+            return unacked[0]
         return self._table.get(key)  # type: ignore[no-any-return]
 
     def values(self) -> Iterable[bytes]:
@@ -47,21 +56,35 @@ class DurableTable:
         Exactly once the entry joins the current message's transaction, except with `now`.
         """
         if not self._sender.exactly_once:
-            self._apply(key, value, partition)
-            await self._table.send_changelog(partition, key, value)
+            await self._acked(
+                key, value, partition, self._table.send_changelog(partition, key, value)
+            )
             return
         topic = self._table.changelog_topic.get_topic_name()
         if now:
-            self._apply(key, value, partition)
             for writes in self._staged.values():
                 writes.pop(key, None)
-            await self._sender.outside_transaction(topic, key, value, partition)
+            sent = self._sender.outside_transaction(topic, key, value, partition)
+            await self._acked(key, value, partition, sent)
             return
         await self._sender.in_transaction(topic, key, value, partition=partition)
         # Staged only once sent: a commit waiting for the send would apply it too early, and
         # nothing can commit between the send and this job's ack (commits/gate.py).
         tid = self._sender.transaction_of_current()
         self._staged.setdefault(tid, {})[key] = (partition, value)
+
+    async def _acked(
+        self, key: bytes, value: bytes | None, partition: int, sent: Awaitable[Any]
+    ) -> None:
+        """Read value through until its changelog record is acknowledged, then store it."""
+        token = object()
+        self._unacked[key] = (value, token)
+        try:
+            await sent
+        finally:
+            if self._unacked.get(key, (None, None))[1] is token:
+                del self._unacked[key]  # a later write of the key reads through instead
+        self._apply(key, value, partition)
 
     def _committed(self, transactional_id: str) -> None:
         for key, (partition, value) in self._staged.pop(transactional_id, {}).items():
