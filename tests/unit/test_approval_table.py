@@ -103,10 +103,8 @@ def _changelog_table() -> tuple[Any, list[Any]]:
     return table, sends
 
 
-async def test_at_least_once_a_write_reaches_the_store_only_once_its_changelog_is_acked() -> None:
-    # A SIGKILL between the store's write and the ack left the record in RocksDB alone: the
-    # redelivered park request found it and wrote nothing, and the worker that restored the
-    # partition from the changelog dropped the call's decision as unknown (docs/chaos.md).
+async def _write_in_flight() -> tuple[Any, list[Any], ApprovalTable, Any, Any]:
+    """At least once: a record's write begun, its changelog send not yet acknowledged."""
     import asyncio
 
     faust_table, sends = _changelog_table()
@@ -114,6 +112,14 @@ async def test_at_least_once_a_write_reaches_the_store_only_once_its_changelog_i
     record = _record()
     writing = asyncio.create_task(table.put(record, 0))
     await asyncio.sleep(0)
+    return faust_table, sends, table, record, writing
+
+
+async def test_at_least_once_a_write_reaches_the_store_only_once_its_changelog_is_acked() -> None:
+    # A SIGKILL between the store's write and the ack left the record in RocksDB alone: the
+    # redelivered park request found it and wrote nothing, and the worker that restored the
+    # partition from the changelog dropped the call's decision as unknown (docs/chaos.md).
+    faust_table, sends, table, record, writing = await _write_in_flight()
     assert faust_table.data == {}  # what a crash now would leave in the store
     assert table.get(record.approval_id) == record  # read through meanwhile
     sends[0].set_result(None)
@@ -123,15 +129,9 @@ async def test_at_least_once_a_write_reaches_the_store_only_once_its_changelog_i
 
 
 async def test_a_write_whose_changelog_send_fails_never_counts() -> None:
-    import asyncio
-
     import pytest
 
-    faust_table, sends = _changelog_table()
-    table = ApprovalTable(DurableTable(faust_table, _AtLeastOnce()))
-    record = _record()
-    writing = asyncio.create_task(table.put(record, 0))
-    await asyncio.sleep(0)
+    faust_table, sends, table, record, writing = await _write_in_flight()
     sends[0].set_exception(ConnectionError("broker gone"))
     with pytest.raises(ConnectionError):
         await writing
