@@ -108,11 +108,16 @@ async def _write_in_flight() -> tuple[Any, list[Any], ApprovalTable, Any, Any]:
     import asyncio
 
     faust_table, sends = _changelog_table()
-    table = ApprovalTable(DurableTable(faust_table, _AtLeastOnce()))
+    table = _at_least_once(faust_table)
     record = _record()
     writing = asyncio.create_task(table.put(record, 0))
     await asyncio.sleep(0)
     return faust_table, sends, table, record, writing
+
+
+def _at_least_once(faust_table: Any) -> ApprovalTable:
+    sender: Any = _AtLeastOnce()  # what DurableTable reads of the worker's Sender
+    return ApprovalTable(DurableTable(faust_table, sender))
 
 
 async def test_at_least_once_a_write_reaches_the_store_only_once_its_changelog_is_acked() -> None:
@@ -142,7 +147,7 @@ async def test_of_two_writes_in_flight_the_later_is_read_until_both_are_acked() 
     import asyncio
 
     faust_table, sends = _changelog_table()
-    table = ApprovalTable(DurableTable(faust_table, _AtLeastOnce()))
+    table = _at_least_once(faust_table)
     first = _record()
     second = first.model_copy(update={"runs": first.runs + 1})
     writes = [asyncio.create_task(table.put(r, 0)) for r in (first, second)]
