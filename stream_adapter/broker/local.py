@@ -132,7 +132,6 @@ def ensure_jars(config: BrokerConfig) -> Path:
     Commands started side by side share the folder: one fetches while the others wait on a
     lock file beside it, then find the jars there."""
     libs = config.libs
-    pom = resources.files("stream_adapter.broker") / "pom.xml"
     marker = jars_marker()
     if _fetched(libs, marker):
         return libs
@@ -140,16 +139,19 @@ def ensure_jars(config: BrokerConfig) -> Path:
     with (libs.parent / f".{libs.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not _fetched(libs, marker):
-            _fetch(pom, libs)
+            _fetch(libs)
             (libs / ".complete").write_text(marker)
     return libs
+
+
+def _pom() -> Any:
+    return resources.files("stream_adapter.broker") / "pom.xml"
 
 
 def jars_marker() -> str:
     """What a finished fetch writes to `libs/.complete`: the Kafka version and the pom it was
     fetched for, so a pom that gained a jar fetches again."""
-    pom = resources.files("stream_adapter.broker") / "pom.xml"
-    return f"{KAFKA_VERSION} {hashlib.sha256(pom.read_bytes()).hexdigest()[:16]}"
+    return f"{KAFKA_VERSION} {hashlib.sha256(_pom().read_bytes()).hexdigest()[:16]}"
 
 
 def _fetched(libs: Path, marker: str) -> bool:
@@ -157,11 +159,11 @@ def _fetched(libs: Path, marker: str) -> bool:
     return done.exists() and done.read_text() == marker
 
 
-def _fetch(pom: Any, libs: Path) -> None:
+def _fetch(libs: Path) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise BrokerError("Maven (mvn) is not on PATH: it fetches the Kafka jars on first use")
-    with resources.as_file(pom) as pom_path:
+    with resources.as_file(_pom()) as pom_path:
         cmd = [
             mvn,
             "-q",

@@ -69,15 +69,14 @@ class StreamHold:
         self._pending = False
         self._held: set[Any] = set()
         self._assignment = 0  # counts assignments: a seek's ticket names the one it began in
-        self._asked = False  # stream partitions were held since the assignment
-        self._sought = False  # a seek begun after that has ended
+        self._sought = False  # a seek begun after partitions were held has ended
 
     def assigned(self) -> None:
         """Partitions were assigned: a seek to the committed offsets is to come."""
         self._assignment += 1
         self._pending = True
         self._held.clear()
-        self._asked = self._sought = False
+        self._sought = False
 
     def resumable(self, tps: Iterable[Any], changelog_topics: Collection[str]) -> set[Any]:
         """Those of tps to resume now; the others are held until a seek begun after this."""
@@ -85,15 +84,13 @@ class StreamHold:
         if not self._pending:
             return tpset
         streams = {tp for tp in tpset if tp.topic not in changelog_topics}
-        if streams:
-            self._held |= streams
-            self._asked = True
+        self._held |= streams
         return tpset - streams
 
     def seek_begins(self) -> int | None:
         """A seek to the committed offsets begins: its ticket if its end may release the
         held partitions (they were held before it began), else None."""
-        return self._assignment if self._pending and self._asked else None
+        return self._assignment if self._pending and self._held else None
 
     def seek_ended(self, ticket: int | None) -> None:
         """The seek with this ticket succeeded."""
