@@ -87,20 +87,49 @@ async def test_worker_with_web_port_0_serves_without_metrics(
         worker.kill()
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the child before exec: SIGINT handled and unblocked, as a terminal's foreground
+    process has it, whatever disposition or mask this test process came to have."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _signals_and_stacks(proc: subprocess.Popen[str]) -> str:
+    """A child that did not stop: its signal masks, then every thread's stack (SIGABRT with
+    the fault handler on), for the failure message."""
+    try:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+    except OSError:
+        status = ""
+    masks = " ".join(line for line in status.splitlines() if line.startswith("Sig"))
+    proc.send_signal(signal.SIGABRT)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        err = ""
+    return f"{masks}\n{err}"
+
+
 def test_ctrl_c_while_waiting_is_one_line_and_exit_130(settings: Settings) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "stream_adapter", "call", "echo", "--wait", "60"],
-        env=env_of(settings),
+        env={**env_of(settings), "PYTHONFAULTHANDLER": "1"},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     assert proc.stderr is not None
     try:
         assert proc.stderr.readline().startswith("sent ")  # no worker: it waits
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"still running 30 s after SIGINT\n{_signals_and_stacks(proc)}"
+            ) from None
     finally:
         proc.kill()
     assert proc.returncode == ExitCode.INTERRUPTED
