@@ -17,6 +17,7 @@ import orjson
 from aiokafka.errors import KafkaError
 
 from stream_adapter import kafka_clients
+from stream_adapter.connectivity import RETRY_EVERY_S, BrokerChange, log_change, watching
 from stream_adapter.envelope import parse_envelope
 from stream_adapter.ids import kafka_message_id
 from stream_adapter.ops.topic import consumer, partitions, producer, started
@@ -64,11 +65,26 @@ async def call(
     key: bytes | None = None,
     on_sent: Callable[[CallResult], None] | None = None,
     on_reply: Callable[[Reply], None] | None = None,
+    on_broker: Callable[[BrokerChange], None] = log_change,
 ) -> CallResult:
     """Produce body to the calls topic; collect its replies until a final one or wait_s.
 
+    on_broker hears when the broker becomes unreachable and reachable again meanwhile
+    (connectivity.py; the check runs every few seconds, as the call is short).
     TopicMissing before anything is produced when the calls or replies topic does not exist.
     """
+    async with watching(settings, report=on_broker, check_every_s=RETRY_EVERY_S):
+        return await _call(settings, body, wait_s, key, on_sent, on_reply)
+
+
+async def _call(
+    settings: Settings,
+    body: dict[str, Any],
+    wait_s: float,
+    key: bytes | None,
+    on_sent: Callable[[CallResult], None] | None,
+    on_reply: Callable[[Reply], None] | None,
+) -> CallResult:
     async with started(consumer(settings), settings) as replies:
         tps = await partitions(replies, settings.replies_topic)
         await partitions(replies, settings.calls_topic)  # else the producer waits 40 s for it

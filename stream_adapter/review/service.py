@@ -11,6 +11,7 @@ from pathlib import Path
 from aiohttp import web
 
 from stream_adapter import logs
+from stream_adapter.connectivity import watching
 from stream_adapter.review.auth import (
     FailureLimiter,
     ReviewersFile,
@@ -56,7 +57,15 @@ def review_service(
 
 
 async def serve(settings: Settings, on_ready: Callable[[str], None] | None = None) -> None:
-    """Serve until SIGTERM or SIGINT; on_ready gets the URL once requests are answered."""
+    """Serve until SIGTERM or SIGINT; on_ready gets the URL once requests are answered.
+
+    The broker's reachability is logged as state lines, the clients' reconnect noise
+    collapsed (connectivity.py)."""
+    async with watching(settings):
+        await _serve(settings, on_ready)
+
+
+async def _serve(settings: Settings, on_ready: Callable[[str], None] | None) -> None:
     reviewers = ReviewersFile(settings.reviewers_file)
     if not reviewers.reviewers():
         logs.event(logs.WARNING, "review: no reviewers yet; add one with `reviewers add NAME`")
