@@ -67,8 +67,11 @@ NOISE = (
     "Got error produce response",
     "OffsetCommit failed",
     "Auto offset commit failed",
+    "Discovered coordinator",
 )
-"""How the clients' lines about unreachable brokers begin (their message templates)."""
+"""How the clients' lines about unreachable brokers begin (their message templates). Those at
+WARNING and above begin an episode; those at INFO (a coordinator found again, a commit to
+retry) are held back only within one, as the clients find their way back."""
 
 CHECK_EVERY_S = 15.0
 RETRY_EVERY_S = 2.0
@@ -175,7 +178,7 @@ class ClientNoise(logging.Filter):
     @staticmethod
     def is_noise(record: logging.LogRecord) -> bool:
         return (
-            record.levelno >= logging.WARNING
+            record.levelno >= logging.INFO
             and record.name.startswith(CLIENT_LOGGERS)
             and isinstance(record.msg, str)
             and record.msg.startswith(NOISE)
@@ -184,6 +187,8 @@ class ClientNoise(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.is_noise(record):
             return True
+        if self.first is None and record.levelno < logging.WARNING:
+            return True  # outside an episode, the clients' INFO lines are theirs to say
         now = self._clock()
         self.last = now
         if self.first is None:

@@ -1,8 +1,8 @@
-"""A broker outage, as an operator sees it: a real worker on a broker of the test's own, the
-broker killed for 30 s and started again on the same data and ports. The worker's log says so
-in a handful of lines (its own state lines, the clients' first line, summaries) instead of
-~70 client lines a second; /health and the metrics follow; a call sent afterwards is
-answered."""
+"""A broker outage, as an operator sees it: a real worker, the review service and a waiting
+`stream-adapter call` on a broker of the test's own, the broker killed for 30 s and started
+again on the same data and ports. Each says so in a handful of lines (its own state lines,
+the clients' first line, summaries) instead of ~70 client lines a second; the worker's
+/health and metrics follow; a call sent afterwards is answered."""
 
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ import asyncio
 import re
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from stream_adapter.broker import local
 from stream_adapter.stream.topics import create_topics
-from tests.harness import Client, WorkerProcess, make_settings, wait_for
+from tests.harness import Client, CliProcess, WorkerProcess, make_settings, wait_for
+from tests.integration.review_support import ReviewProcess
 
 pytestmark = [
     pytest.mark.skipif(not local.shutil.which("java"), reason="the local broker needs Java"),
@@ -36,6 +39,22 @@ def log_lines(text: str) -> list[tuple[str, str, str]]:
     return [(m[1], m[2], m[3]) for m in found if m is not None and m[1] != "DEBUG"]
 
 
+@dataclass
+class CallProcess(CliProcess):
+    """`stream-adapter call` of a confirm tool, waiting for a decision nobody makes."""
+
+    command: ClassVar[str] = "call"
+    ready_line: ClassVar[str] = "pending approval"
+    args: tuple[str, ...] = ("send_invoice", '{"customer": "acme", "amount_cents": 1}')
+
+
+def outage_lines(text: str) -> list[tuple[str, str, str]]:
+    """The records at INFO and above up to the reachable-again line (all when there is none)."""
+    lines = log_lines(text)
+    ends = [i for i, line in enumerate(lines) if "reachable again" in line[2]]
+    return lines[: ends[0] + 1] if ends else lines
+
+
 def health(worker: WorkerProcess) -> str:
     url = f"http://127.0.0.1:{worker.settings.web_port}/health"
     with urllib.request.urlopen(url, timeout=5) as response:
@@ -52,10 +71,15 @@ async def test_a_broker_outage_says_so_once_and_calls_are_answered_after(
     settings = make_settings(local.start(own_broker), tmp_path)
     await create_topics(settings)
     worker = WorkerProcess(settings, tmp_path / "work").start()
+    review = ReviewProcess(settings, tmp_path / "review").start()
+    call = CallProcess(settings, tmp_path / "call", args=(*CallProcess.args, "--wait", "300"))
     try:
         await worker.ready()
+        await review.ready()
+        await call.start().ready()
         assert health(worker) == "ok\n" and broker_up(worker) == 1
         mark = len(worker.log_text())
+        review_mark = len(review.log_text())
         local.stop(own_broker, kill=True)
         down_at = time.monotonic()
         await wait_for(
@@ -80,9 +104,7 @@ async def test_a_broker_outage_says_so_once_and_calls_are_answered_after(
             reply = await client.reply_for(call_id=sent.call_id, timeout_s=60)
         assert reply["status"] == "ok" and reply["result"] == 42
 
-        lines = log_lines(worker.log_text()[mark:])
-        upto = next(i for i, line in enumerate(lines) if "reachable again" in line[2])
-        outage = lines[: upto + 1]
+        outage = outage_lines(worker.log_text()[mark:])
         ours = [m for _, name, m in outage if name == "stream_adapter"]
         clients = [m for _, name, m in outage if name.startswith("aiokafka")]
         print(f"{len(outage)} lines at INFO+ ({len(ours)} ours, {len(clients)} the clients'):")
@@ -99,5 +121,28 @@ async def test_a_broker_outage_says_so_once_and_calls_are_answered_after(
         assert OUTAGE_S <= seconds < OUTAGE_S + 90
         suppressed = [m for m in ours if m.startswith("suppressed ")]
         assert suppressed and all("Kafka client lines" in m for m in suppressed), ours
+
+        # The review service: the same two state lines, and no flood.
+        await wait_for(
+            lambda: "broker reachable again after" in review.log_text()[review_mark:],
+            timeout_s=60,
+            what="the review service to say the broker is reachable again",
+        )
+        served = outage_lines(review.log_text()[review_mark:])
+        print("review service:\n" + "\n".join(" ".join(line) for line in served))
+        assert len(served) <= HANDFUL, served
+        assert sum(m.startswith("broker unreachable") for _, _, m in served) == 1, served
+        # `call`, still waiting for its decision: one line each way on stderr.
+        await wait_for(
+            lambda: "broker reachable again after" in call.log_text(),
+            timeout_s=60,
+            what="`call` to say the broker is reachable again",
+        )
+        said = [line for line in call.log_text().splitlines() if "broker" in line]
+        print("call:\n" + "\n".join(said))
+        assert len(said) == 2, said
+        assert said[0].startswith(f"broker unreachable ({settings.bootstrap_servers}: "), said
     finally:
+        call.kill()
+        review.kill()
         worker.kill()

@@ -188,13 +188,21 @@ async def test_at_debug_every_client_line_is_kept(
 
 
 async def test_other_client_lines_pass(watch: BrokerWatch, clock: Clock, lines: Lines) -> None:
+    coordinator = logging.getLogger("aiokafka.consumer.group_coordinator")
+    coordinator.info("Discovered coordinator %s for group %s", 1, "g")
     flood(1, clock, per_s=4)
-    logging.getLogger("aiokafka.consumer.group_coordinator").info("Discovered coordinator 1")
     CLIENT.error("Topic %s is not authorized for this client", "calls")
-    assert [r.getMessage() for r in lines.clients()][1:] == [
-        "Discovered coordinator 1",
+    coordinator.info("Joined group %s", "g")
+    # Within the episode, the clients finding their way back is noise too.
+    coordinator.info("Discovered coordinator %s for group %s", 1, "g")
+    coordinator.info("OffsetCommit failed for group %s due to a coordinator error", "g")
+    assert [r.getMessage() for r in lines.clients()] == [
+        "Discovered coordinator 1 for group g",
+        "Unable connect to node with id 1: [Errno 111] refused",
         "Topic calls is not authorized for this client",
+        "Joined group g",
     ]
+    assert watch.noise.pending == 3 + 2
 
 
 async def test_stop_summarises_what_was_held_back(
