@@ -16,9 +16,17 @@ from typing import ClassVar
 
 import pytest
 
-from stream_adapter.broker import local
+from stream_adapter.broker import local, secure
+from stream_adapter.connectivity import BrokerWatch, probe
 from stream_adapter.stream.topics import create_topics
-from tests.harness import Client, CliProcess, WorkerProcess, make_settings, wait_for
+from tests.harness import (
+    Client,
+    CliProcess,
+    WorkerProcess,
+    make_settings,
+    settings_from_env,
+    wait_for,
+)
 from tests.integration.review_support import ReviewProcess
 
 pytestmark = [
@@ -146,3 +154,20 @@ async def test_a_broker_outage_says_so_once_and_calls_are_answered_after(
         call.kill()
         review.kill()
         worker.kill()
+
+
+async def test_the_probe_connects_as_the_clients_do(
+    secure_broker: secure.SecureBroker, tmp_path: Path
+) -> None:
+    """A cluster with TLS and SASL answers the probe (else a worker would see an outage that is
+    not there); refused credentials are an error kind, never the password."""
+    base = make_settings(secure_broker.bootstrap, tmp_path)
+    await probe(settings_from_env(secure_broker.sasl_env("admin"), base))
+    await probe(settings_from_env(secure_broker.sasl_env("admin", "PLAIN"), base))
+    await probe(settings_from_env(secure_broker.mtls_env("admin"), base))
+    env = {**secure_broker.sasl_env("admin"), "STREAM_ADAPTER_SASL_PASSWORD": "not-the-password"}
+    refused = BrokerWatch.for_settings(settings_from_env(env, base))
+    await refused.check()
+    status = refused.status()
+    assert not status.reachable and status.error_kind == "SaslAuthenticationFailed", status
+    assert "not-the-password" not in repr(status)
