@@ -69,23 +69,15 @@ async def call(
 ) -> CallResult:
     """Produce body to the calls topic; collect its replies until a final one or wait_s.
 
-    on_broker hears when the broker becomes unreachable and reachable again meanwhile
-    (connectivity.py; the check runs every few seconds, as the call is short).
+    on_broker hears when the broker becomes unreachable and reachable again once the call is
+    under way (connectivity.py; checked every few seconds, as the call is short; a broker that
+    cannot be reached at the start is the one error raised instead).
     TopicMissing before anything is produced when the calls or replies topic does not exist.
     """
-    async with watching(settings, report=on_broker, check_every_s=RETRY_EVERY_S):
-        return await _call(settings, body, wait_s, key, on_sent, on_reply)
-
-
-async def _call(
-    settings: Settings,
-    body: dict[str, Any],
-    wait_s: float,
-    key: bytes | None,
-    on_sent: Callable[[CallResult], None] | None,
-    on_reply: Callable[[Reply], None] | None,
-) -> CallResult:
-    async with started(consumer(settings), settings) as replies:
+    async with (
+        started(consumer(settings), settings) as replies,
+        watching(settings, report=on_broker, check_every_s=RETRY_EVERY_S),
+    ):
         tps = await partitions(replies, settings.replies_topic)
         await partitions(replies, settings.calls_topic)  # else the producer waits 40 s for it
         replies.assign(tps)

@@ -11,7 +11,7 @@ from pathlib import Path
 from aiohttp import web
 
 from stream_adapter import logs
-from stream_adapter.connectivity import watching
+from stream_adapter.connectivity import BrokerWatch
 from stream_adapter.review.auth import (
     FailureLimiter,
     ReviewersFile,
@@ -59,19 +59,16 @@ def review_service(
 async def serve(settings: Settings, on_ready: Callable[[str], None] | None = None) -> None:
     """Serve until SIGTERM or SIGINT; on_ready gets the URL once requests are answered.
 
-    The broker's reachability is logged as state lines, the clients' reconnect noise
-    collapsed (connectivity.py)."""
-    async with watching(settings):
-        await _serve(settings, on_ready)
-
-
-async def _serve(settings: Settings, on_ready: Callable[[str], None] | None) -> None:
+    Once connected, the broker's reachability is logged as state lines, and the clients'
+    reconnect noise collapsed (connectivity.py)."""
     reviewers = ReviewersFile(settings.reviewers_file)
     if not reviewers.reviewers():
         logs.event(logs.WARNING, "review: no reviewers yet; add one with `reviewers add NAME`")
     catalog = load_catalog(settings)  # the tools' descriptions and argument schemas
     view = ApprovalsView(settings)
     await view.start()
+    broker = BrokerWatch.for_settings(settings)
+    await broker.start()
     writer = DecisionWriter(settings)
     runner: web.AppRunner | None = None
     try:
@@ -96,3 +93,4 @@ async def _serve(settings: Settings, on_ready: Callable[[str], None] | None) -> 
                 await runner.cleanup()
         await writer.stop()
         await view.stop()
+        await broker.stop()
