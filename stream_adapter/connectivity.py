@@ -42,6 +42,7 @@ __all__ = [
     "NoiseSummary",
     "describe",
     "log_change",
+    "log_summary",
     "probe",
     "watching",
 ]
@@ -150,6 +151,7 @@ def log_change(change: BrokerChange) -> None:
 
 
 def log_summary(summary: NoiseSummary) -> None:
+    """The summary line of client lines held back (INFO)."""
     logs.event(
         logs.INFO,
         f"suppressed {summary.count:,} Kafka client lines in {round(summary.over_s)} s "
