@@ -250,3 +250,22 @@ def test_the_sentence_names_servers_and_kind_never_more() -> None:
     assert describe(BrokerChange(SERVERS, True, outage_s=61.4)) == (
         "broker reachable again after 61 s"
     )
+
+
+async def test_back_only_once_the_clients_have_settled(
+    watch: BrokerWatch, probe: Probe, clock: Clock, lines: Lines
+) -> None:
+    probe.error = ConnectionRefusedError()
+    flood(1, clock)
+    await watch.check()
+    probe.error = None  # a broker answers, but the clients still fail to fetch
+    for _ in range(5):
+        flood(1, clock, per_s=4)
+        await watch.check()
+    assert not watch.status().reachable
+    await run_for(watch, clock, watch.settle_s + watch.retry_every_s)
+    assert watch.status().reachable
+    assert [m for m in (r.getMessage() for r in lines.ours()) if "broker" in m] == [
+        "broker unreachable, retrying",
+        "broker reachable again after 9 s",
+    ]
