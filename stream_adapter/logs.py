@@ -54,6 +54,9 @@ SAFE_FIELDS = frozenset(
         "held_s",
         "client",
         "path",
+        "servers",
+        "outage_s",
+        "suppressed",
     }
 )
 """Fields allowed at WARNING and above: names, ids, kinds and counters."""

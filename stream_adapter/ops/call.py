@@ -17,6 +17,7 @@ import orjson
 from aiokafka.errors import KafkaError
 
 from stream_adapter import kafka_clients
+from stream_adapter.connectivity import RETRY_EVERY_S, BrokerChange, log_change, watching
 from stream_adapter.envelope import parse_envelope
 from stream_adapter.ids import kafka_message_id
 from stream_adapter.ops.topic import consumer, partitions, producer, started
@@ -64,12 +65,19 @@ async def call(
     key: bytes | None = None,
     on_sent: Callable[[CallResult], None] | None = None,
     on_reply: Callable[[Reply], None] | None = None,
+    on_broker: Callable[[BrokerChange], None] = log_change,
 ) -> CallResult:
     """Produce body to the calls topic; collect its replies until a final one or wait_s.
 
+    on_broker hears when the broker becomes unreachable and reachable again once the call is
+    under way (connectivity.py; checked every few seconds, as the call is short; a broker that
+    cannot be reached at the start is the one error raised instead).
     TopicMissing before anything is produced when the calls or replies topic does not exist.
     """
-    async with started(consumer(settings), settings) as replies:
+    async with (
+        started(consumer(settings), settings) as replies,
+        watching(settings, report=on_broker, check_every_s=RETRY_EVERY_S),
+    ):
         tps = await partitions(replies, settings.replies_topic)
         await partitions(replies, settings.calls_topic)  # else the producer waits 40 s for it
         replies.assign(tps)

@@ -68,6 +68,7 @@ def call(
     Exit 0 on an ok or already_done reply, 1 on an error reply, 3 when the call is still
     pending approval when --wait runs out, 4 when no reply came within --wait.
     """
+    from stream_adapter.connectivity import BrokerChange, describe
     from stream_adapter.ops.call import CallResult, envelope_for
     from stream_adapter.ops.call import call as produce_call
 
@@ -88,8 +89,19 @@ def call(
             note(f"pending approval {approval}: decide at {page}")
             note(f"  or: stream-adapter approvals decide {approval} --approve --reviewer NAME")
 
+    def broker(change: BrokerChange) -> None:
+        note(describe(change))
+
     result = run_client(
-        produce_call(settings, body, wait_s=wait_s, key=kafka_key, on_sent=sent, on_reply=replied)
+        produce_call(
+            settings,
+            body,
+            wait_s=wait_s,
+            key=kafka_key,
+            on_sent=sent,
+            on_reply=replied,
+            on_broker=broker,
+        )
     )
     if not result.replies:
         note(f"no reply within {wait_s:g}s for {result.run_id} (is a worker running?)")

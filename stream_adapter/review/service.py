@@ -11,6 +11,7 @@ from pathlib import Path
 from aiohttp import web
 
 from stream_adapter import logs
+from stream_adapter.connectivity import BrokerWatch
 from stream_adapter.review.auth import (
     FailureLimiter,
     ReviewersFile,
@@ -56,13 +57,18 @@ def review_service(
 
 
 async def serve(settings: Settings, on_ready: Callable[[str], None] | None = None) -> None:
-    """Serve until SIGTERM or SIGINT; on_ready gets the URL once requests are answered."""
+    """Serve until SIGTERM or SIGINT; on_ready gets the URL once requests are answered.
+
+    Once connected, the broker's reachability is logged as state lines, and the clients'
+    reconnect noise collapsed (connectivity.py)."""
     reviewers = ReviewersFile(settings.reviewers_file)
     if not reviewers.reviewers():
         logs.event(logs.WARNING, "review: no reviewers yet; add one with `reviewers add NAME`")
     catalog = load_catalog(settings)  # the tools' descriptions and argument schemas
     view = ApprovalsView(settings)
     await view.start()
+    broker = BrokerWatch.for_settings(settings)
+    await broker.start()
     writer = DecisionWriter(settings)
     runner: web.AppRunner | None = None
     try:
@@ -87,3 +93,4 @@ async def serve(settings: Settings, on_ready: Callable[[str], None] | None = Non
                 await runner.cleanup()
         await writer.stop()
         await view.stop()
+        await broker.stop()

@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 from stream_adapter import kafka_clients
+from stream_adapter.connectivity import BrokerWatch
 from stream_adapter.executor import Executor
 from stream_adapter.loopwatch import LoopWatch, executor_codes
 from stream_adapter.retries import RetryPolicy
@@ -142,7 +143,12 @@ def build_app(
     )
     sweeper = Sweeper(settings, approvals_store.values, outputs)
     app.add_service(sweeper.start, sweeper.stop)
-    server = MetricsServer(metrics, settings.web_host, settings.web_port, app.stuck_partitions)
+    broker = BrokerWatch.for_settings(settings)  # one state line per outage, clients quieted
+    app.add_service(broker.start, broker.stop)
+    metrics.watch_broker(broker.status)
+    server = MetricsServer(
+        metrics, settings.web_host, settings.web_port, app.stuck_partitions, broker.status
+    )
     app.add_service(server.start, server.stop)
     loop_watch = LoopWatch(executor_codes(executor), stall_s=settings.loop_stall_s)
 

@@ -43,6 +43,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from stream_adapter.approvals import instant
+from stream_adapter.connectivity import BrokerStatus
 from stream_adapter.loopwatch import LAG_BUCKETS_S, NOT_A_TOOL, LoopWatch
 from stream_adapter.stream.engine import Stall, StuckPartition
 
@@ -219,6 +220,10 @@ class Metrics:
     def watch_loop(self, loop: LoopWatch) -> None:
         """At scrape time, read the event loop's lag and stalls from loop (loopwatch.py)."""
         self.registry.register(_LoopCollector(loop, self.label))
+
+    def watch_broker(self, status: Callable[[], BrokerStatus]) -> None:
+        """At scrape time, read the broker's reachability from status() (connectivity.py)."""
+        self.registry.register(_BrokerCollector(status))
 
     def watch_stalls(
         self,
@@ -527,3 +532,36 @@ class _StallCollector(Collector):
         for topic, count in sorted(totals.items()):
             stalls.add_metric([topic], count)
         yield stalls
+
+
+class _BrokerCollector(Collector):
+    """The broker's reachability as this worker sees it (connectivity.BrokerWatch)."""
+
+    def __init__(self, status: Callable[[], BrokerStatus]) -> None:
+        self._status = status
+
+    def describe(self) -> list[Metric]:
+        return []  # collected live
+
+    def collect(self) -> Iterator[Metric]:
+        status = self._status()
+        yield GaugeMetricFamily(
+            "stream_adapter_broker_up",
+            "1 while the worker reaches a bootstrap server, 0 during an outage.",
+            value=1 if status.reachable else 0,
+        )
+        yield GaugeMetricFamily(
+            "stream_adapter_broker_outage_seconds",
+            "How long the current broker outage has lasted (0 while reachable).",
+            value=status.outage_s,
+        )
+        yield CounterMetricFamily(
+            "stream_adapter_broker_outages",
+            "Broker outages since the worker started.",
+            value=status.outages,
+        )
+        yield CounterMetricFamily(
+            "stream_adapter_kafka_client_lines_suppressed",
+            "Kafka client log lines about unreachable brokers held back (counted in summaries).",
+            value=status.suppressed,
+        )

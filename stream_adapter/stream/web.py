@@ -16,22 +16,25 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from stream_adapter import logs
+from stream_adapter.connectivity import BrokerStatus
 from stream_adapter.stream.engine import StuckPartition
 from stream_adapter.stream.metrics import Metrics
 
 
 def metrics_app(
-    metrics: Metrics, stuck: Callable[[], Iterable[StuckPartition]] = tuple
+    metrics: Metrics,
+    stuck: Callable[[], Iterable[StuckPartition]] = tuple,
+    broker: Callable[[], BrokerStatus | None] = lambda: None,
 ) -> web.Application:
     """The aiohttp application serving metrics' registry, and health with stuck()'s
-    partitions."""
+    partitions and broker()'s reachability."""
 
     async def scrape(_: web.Request) -> web.Response:
         body = generate_latest(metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(_: web.Request) -> web.Response:
-        return web.Response(text=health_text(list(stuck())))
+        return web.Response(text=health_text(list(stuck()), broker()))
 
     app = web.Application()
     app.router.add_get("/metrics", scrape)
@@ -39,12 +42,22 @@ def metrics_app(
     return app
 
 
-def health_text(stuck: list[StuckPartition]) -> str:
-    """`ok`, or `degraded` and a line per stuck partition. Either way the status is 200: the
-    worker serves its other partitions, and a restart would not move past the batch."""
-    if not stuck:
+def health_text(stuck: list[StuckPartition], broker: BrokerStatus | None = None) -> str:
+    """`ok`, or `degraded` and a line per trouble: the broker unreachable, a stuck partition.
+    Either way the status is 200: the worker serves its other partitions and reconnects by
+    itself, and a restart would not move past the batch nor bring the broker back."""
+    down = broker is not None and not broker.reachable
+    if not stuck and not down:
         return "ok\n"
-    lines = [f"degraded: {len(stuck)} partition(s) stuck, the others are served"]
+    lines = []
+    if broker is not None and not broker.reachable:
+        since = datetime.fromtimestamp(broker.since or 0, UTC).isoformat(timespec="seconds")
+        lines.append(
+            f"degraded: broker unreachable since {since} ({round(broker.outage_s)} s, "
+            f"{broker.error_kind}), retrying {broker.servers}"
+        )
+    if stuck:
+        lines.append(f"degraded: {len(stuck)} partition(s) stuck, the others are served")
     for part in stuck:
         since = datetime.fromtimestamp(part.since, UTC).isoformat(timespec="seconds")
         lines.append(
@@ -63,8 +76,10 @@ class MetricsServer:
         host: str,
         port: int,
         stuck: Callable[[], Iterable[StuckPartition]] = tuple,
+        broker: Callable[[], BrokerStatus | None] = lambda: None,
     ) -> None:
         self._stuck = stuck
+        self._broker = broker
         self._metrics = metrics
         self._host = host
         self._port = port
@@ -73,7 +88,9 @@ class MetricsServer:
     async def start(self) -> None:
         if self._port == 0:
             return
-        runner = web.AppRunner(metrics_app(self._metrics, self._stuck), access_log=None)
+        runner = web.AppRunner(
+            metrics_app(self._metrics, self._stuck, self._broker), access_log=None
+        )
         await runner.setup()
         try:
             await web.TCPSite(runner, self._host, self._port).start()

@@ -22,8 +22,10 @@ from stream_adapter.chaos.cluster_faults import ClusterControl
 from stream_adapter.chaos.scenario import LEADER_KILL, ChaosOptions, run_chaos
 from stream_adapter.commands import ExitCode
 from stream_adapter.settings import Settings
+from stream_adapter.stream.topics import create_topics
 from tests.conftest import JARS_DIR
-from tests.harness import make_settings, wait_for
+from tests.harness import Client, WorkerProcess, make_settings, wait_for
+from tests.integration.test_broker_outage import log_lines
 
 pytestmark = [
     pytest.mark.skipif(not local.shutil.which("java"), reason="the local cluster needs Java"),
@@ -121,6 +123,50 @@ async def test_leader_kill_loses_nothing(
     if guarantee == "exactly_once":
         assert figures.duplicate_replies == 0, summary
     assert cluster.status(kafka_cluster).healthy  # the killed node is back
+
+
+async def test_a_leader_loss_logs_a_line_not_a_flood(
+    kafka_cluster: cluster.ClusterConfig, tmp_path: Path
+) -> None:
+    settings = make_settings(kafka_cluster.bootstrap, tmp_path, replication_factor=3)
+    await create_topics(settings)
+    worker = WorkerProcess(settings, tmp_path / "work").start()
+    control = ClusterControl(kafka_cluster)
+    killed: int | None = None
+    try:
+        await worker.ready()
+        async with Client(settings) as client:
+            before = await client.call("add", {"a": 1, "b": 1})
+            await client.reply_for(call_id=before.call_id, timeout_s=60)
+            leader, _ = await control.busiest_leader([settings.calls_topic])
+            mark = len(worker.log_text())
+            await control.kill_node(leader)
+            killed = leader
+            sent = await client.call("add", {"a": 1, "b": 41})
+            reply = await client.reply_for(call_id=sent.call_id, timeout_s=90)
+            assert reply["result"] == 42
+            # The clients stop complaining once they have the new leaders: the episode ends.
+            await wait_for(
+                lambda: "suppressed " in worker.log_text()[mark:],
+                timeout_s=60,
+                what="the summary of the clients' lines",
+            )
+            await control.restart_node(leader)  # before the client closes: its fetcher
+            killed = None  # would otherwise still be retrying the lost node
+        lines = log_lines(worker.log_text()[mark:])
+        print(f"{len(lines)} lines at INFO+ from node {leader}'s loss to its return:")
+        print("\n".join(" ".join(line) for line in lines))
+        clients = [m for level, name, m in lines if name.startswith("aiokafka") and level != "INFO"]
+        assert len(clients) <= 2, clients  # the first line of the episode, not a flood
+        ours = [m for _, name, m in lines if name == "stream_adapter"]
+        assert not [m for m in ours if m.startswith("broker unreachable")], ours  # two answer
+        assert [m for m in ours if m.startswith("suppressed ")], ours
+        assert len(lines) <= 10, lines
+        assert worker.metrics()[("stream_adapter_broker_up", ())] == 1
+    finally:
+        worker.kill()
+        if killed is not None:
+            await control.restart_node(killed)
 
 
 def _topics_cli(settings: Settings, verb: str) -> subprocess.CompletedProcess[str]:

@@ -54,7 +54,7 @@ def _mounts(service: str) -> dict[str, str]:
 def test_alert_rules_pass_promtool_check() -> None:
     done = promtool("check", "rules", str(ALERTS))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 5 rules found" in done.stdout
+    assert "SUCCESS: 6 rules found" in done.stdout
 
 
 def test_alert_rules_unit_tests_pass() -> None:
@@ -79,6 +79,7 @@ def test_every_alert_has_a_unit_test_that_fires_it() -> None:
     names = {rule["alert"] for group in rules["groups"] for rule in group["rules"]}
     assert names == {
         "StreamAdapterWorkerDown",
+        "StreamAdapterBrokerUnreachable",
         "StreamAdapterDeadLettersGrowing",
         "StreamAdapterLagGrowing",
         "StreamAdapterApprovalWaitingTooLong",
