@@ -55,7 +55,7 @@ from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER, DecisionKeys, SignatureError
 from stream_adapter.stream.calls import PARK, RESUME, SWEEP
 from stream_adapter.stream.context import FlowContext
-from stream_adapter.stream.engine import Delivery, DurableTable, Headers
+from stream_adapter.stream.engine import Claim, Delivery, DurableTable, Headers, OwnershipLost
 from stream_adapter.stream.faults import APPROVED_DONE, APPROVED_RAN, PARKED, RUNNING, crash_point
 from stream_adapter.stream.tracing import as_headers
 
@@ -74,14 +74,29 @@ class ApprovalTable:
         raw = self._table.get(approval_id.encode())
         return None if raw is None else ApprovalRecord.from_bytes(raw)
 
-    async def put(self, record: ApprovalRecord, partition: int, *, now: bool = False) -> None:
+    async def claim(self, partition: int) -> Claim | None:
+        """This worker's ownership of partition now (OwnershipLost if it has none)."""
+        return await self._table.claim(partition)
+
+    async def put(
+        self,
+        record: ApprovalRecord,
+        partition: int,
+        *,
+        now: bool = False,
+        claim: Claim | None = None,
+    ) -> None:
         """Store record and wait until its changelog entry is acknowledged by the broker.
 
         Exactly once the entry joins the event's transaction, except with `now`: a run's
         `running` and `done` marks go outside it, or an abort would take them back, and the
-        redone decision would run the call a second time or find its outcome lost.
+        redone decision would run the call a second time or find its outcome lost. Writes
+        outside a transaction are fenced (claim: the ownership the run started under), so a
+        worker that lost the partition gets OwnershipLost and writes nothing.
         """
-        await self._table.put(record.approval_id.encode(), record.to_bytes(), partition, now=now)
+        await self._table.put(
+            record.approval_id.encode(), record.to_bytes(), partition, now=now, claim=claim
+        )
 
     async def delete(self, approval_id: str, partition: int) -> None:
         """Remove a record: a tombstone on the changelog, written as `put` writes."""
@@ -113,7 +128,20 @@ class ApprovalFlow:
         it waits for that run and answers with its outcome, never `unknown`."""
 
     async def process(self, delivery: Delivery) -> None:
-        """Bring one request or decision to its terminal, durable outcome."""
+        """Bring one request or decision to its terminal, durable outcome; a worker that
+        lost the partition meanwhile writes and answers nothing (its next owner does)."""
+        try:
+            await self._process(delivery)
+        except OwnershipLost as exc:
+            logs.event(
+                logs.WARNING,
+                "approvals partition no longer owned here; message left to its owner",
+                partition=exc.partition,
+                message_id=delivery.message_id,
+                error_kind=exc.reason,
+            )
+
+    async def _process(self, delivery: Delivery) -> None:
         if delivery.topic == self.ctx.settings.decisions_topic:
             with self._traced("decision", delivery.headers) as trace:
                 await self._decision(delivery, trace)
@@ -448,7 +476,9 @@ class ApprovalFlow:
         )
         over = self._running[record.approval_id] = asyncio.Event()  # before any await
         try:
-            await self.table.put(running, partition, now=True)
+            # The ownership this run starts under: its outcome is written only while it lasts.
+            claim = await self.table.claim(partition)
+            await self.table.put(running, partition, now=True, claim=claim)
         except BaseException:
             del self._running[record.approval_id]
             over.set()
@@ -496,7 +526,21 @@ class ApprovalFlow:
             # Outside the transaction too: an abort must not take back an outcome the tool
             # produced, or the redone decision would find the call `running` and answer
             # `unknown` (or run an idempotent tool once more).
-            await self.table.put(finish(running, reply), partition, now=True)
+            try:
+                await self.table.put(finish(running, reply), partition, now=True, claim=claim)
+            except OwnershipLost as exc:
+                # The partition changed hands during the run: its owner has the record
+                # (`unknown` once it finds the run dead) and answers; this outcome is dropped.
+                logs.event(
+                    logs.ERROR,
+                    "approved call outcome discarded: partition no longer owned here",
+                    tool=record.tool,
+                    partition=exc.partition,
+                    error_kind=exc.reason,
+                    ok=error is None,
+                    **ids,
+                )
+                return
         finally:
             del self._running[record.approval_id]
             over.set()
