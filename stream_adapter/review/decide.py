@@ -16,7 +16,14 @@ from aiokafka import AIOKafkaProducer
 from pydantic import ValidationError
 
 from stream_adapter import kafka_clients, logs
-from stream_adapter.approvals import ApprovalRecord, ApprovalState, Decision, Resolution, utc_now
+from stream_adapter.approvals import (
+    ApprovalRecord,
+    ApprovalState,
+    Decision,
+    Resolution,
+    check_run_over,
+    utc_now,
+)
 from stream_adapter.errors import ApprovalConflict, ApprovalNotFound, BrokerError, ToolUsageError
 from stream_adapter.review.view import ApprovalsView
 from stream_adapter.settings import Settings
@@ -253,6 +260,8 @@ class Decider:
             raise ApprovalConflict(
                 "it was already run again once after an unknown outcome", approval_id=approval_id
             )
+        if resolution == "not_run":
+            check_run_over(record)  # 409 saying from when it is allowed
         sent = self._resolving.get(approval_id)
         if sent is not None and record.resolved_at != sent.decided_at:
             raise ApprovalConflict("a resolution was already sent", approval_id=approval_id)

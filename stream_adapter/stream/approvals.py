@@ -39,6 +39,7 @@ from stream_adapter.approvals import (
     parse_reviewer_message,
     rerun,
     retention_due,
+    run_limit_s,
     same_resolution,
     settled_reply,
     this_process,
@@ -471,8 +472,11 @@ class ApprovalFlow:
         """Run an approved call: `running` (with its run count) is durable before the tool
         starts, so a non-idempotent call runs at most once and an idempotent one at most
         MAX_RUNS times."""
+        limit_s = self._run_limit_s(record)
         running = (
-            rerun(record, by=self.origin_host) if again else begin_run(record, by=self.origin_host)
+            rerun(record, by=self.origin_host, limit_s=limit_s)
+            if again
+            else begin_run(record, by=self.origin_host, limit_s=limit_s)
         )
         over = self._running[record.approval_id] = asyncio.Event()  # before any await
         try:
@@ -546,6 +550,20 @@ class ApprovalFlow:
             over.set()
         crash_point(APPROVED_DONE)
         await self.ctx.outputs.reply(reply, message_id=record.message_id, headers=inner or trace)
+
+    def _run_limit_s(self, record: ApprovalRecord) -> float:
+        """The longest a run of record's tool may take, all its attempts included."""
+        try:
+            timeout_s = self.ctx.executor.resolve(record.tool, self.ctx.tools).timeout_s
+        except ToolNotFound:
+            timeout_s = None
+        policy = self.ctx.policy
+        return run_limit_s(
+            timeout_s,
+            self.ctx.settings.max_run_s,
+            attempts=policy.attempts,
+            backoff_cap_s=policy.cap_s,
+        )
 
     def _log_late(self, record: ApprovalRecord, approved: bool) -> None:
         conflicting = record.state is ApprovalState.EXPIRED or (

@@ -22,9 +22,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from stream_adapter.approvals import ApprovalRecord
+from stream_adapter.approvals import ApprovalRecord, Resolution
+from stream_adapter.review.decide import decision_message
 from stream_adapter.settings import Settings
-from tests.harness import Client, WorkerProcess, unique, wait_for
+from stream_adapter.signing import DecisionKeys
+from tests.harness import Client, WorkerProcess, dead_letters, unique, wait_for
 from tests.integration.review_support import cli
 
 pytestmark = pytest.mark.integration
@@ -116,6 +118,19 @@ async def test_a_paused_worker_cannot_settle_an_approval_it_no_longer_owns(
             # The other worker takes the partition, finds the run dead and answers unknown.
             unknown = await client.reply_for(status="already_done", run_id=run_id, timeout_s=90)
             assert unknown["outcome"] == "unknown", unknown
+            # "It did not run" is refused while the zombie's run may still act.
+            value, headers = decision_message(
+                Resolution(approval_id=approval_id, resolution="not_run", reviewer="bob"),
+                DecisionKeys.from_settings(settings),
+            )
+            await client.send(
+                value,
+                key=approval_id.encode(),
+                topic=settings.decisions_topic,
+                headers=headers,
+            )
+            [refused] = await dead_letters(settings, at_least=1)
+            assert dict(refused.headers)["error-kind"] == b"ApprovalConflict", refused
         finally:
             os.kill(pid, signal.SIGCONT)
 
@@ -135,7 +150,10 @@ async def test_a_paused_worker_cannot_settle_an_approval_it_no_longer_owns(
 
         records = _changelog(settings, approval_id)
         assert [r.state for r in records if r.state == "done"] == [], records
-        assert records[-1].state == "unknown", records
+        last = records[-1]
+        assert last.state == "unknown", records
+        # When and where the last run started, and when it is surely over, are kept.
+        assert (last.started_by or "").endswith(f":{pid}") and last.run_deadline, last
 
         listed = cli(settings, "approvals", "list", "--state", "unknown", "--json")
         assert listed.returncode == 0, listed.stderr
