@@ -159,6 +159,9 @@ async def test_a_paused_worker_cannot_settle_an_approval_it_no_longer_owns(
         assert listed.returncode == 0, listed.stderr
         ids = {json.loads(line)["approval_id"] for line in listed.stdout.splitlines()}
         assert approval_id in ids
+        shown = cli(settings, "approvals", "show", approval_id)
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["run_deadline"] == last.run_deadline
 
         # The owner's table agrees with its changelog: a resume answers from it, unknown.
         before = len(client.replies_for(run_id=run_id, status="already_done"))
