@@ -179,3 +179,36 @@ async def test_a_paused_worker_cannot_settle_an_approval_it_no_longer_owns(
         )
         # Neither the zombie nor the owner answered ok: the call waits for a person.
         assert client.replies_for(run_id=run_id, status="ok") == []
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+async def test_a_worker_stopping_during_an_approved_run_still_settles_it(
+    worker_factory: Callable[..., WorkerProcess],
+    settings: Settings,
+    tmp_path: Path,
+    guarantee: str,
+) -> None:
+    """SIGTERM is no pause: the worker finishes its run, writes `done` and answers before it
+    lets its partitions (and their claims) go."""
+    journal = tmp_path / "runs.jsonl"
+    worker = worker_factory(
+        STREAM_ADAPTER_PROCESSING_GUARANTEE=guarantee,
+        STREAM_ADAPTER_DEMO_TOOL_LATENCY_S="2",
+        STREAM_ADAPTER_DEMO_RUNS=str(journal),
+    )
+    await worker.ready()
+    async with Client(settings, read_committed=guarantee == "exactly_once") as client:
+        run_id, call_id = unique("run"), unique("call")
+        await client.call(
+            "wire_funds", {"account": "a", "amount_cents": 1}, run_id=run_id, call_id=call_id
+        )
+        pending = await client.reply_for(status="pending_approval", run_id=run_id, timeout_s=60)
+        await client.decide(pending["approval_id"], True)
+        await wait_for(
+            lambda: bool(_journal(journal, call_id)), timeout_s=60, what="the run to start"
+        )
+        assert worker.terminate() == 0
+        ok = await client.reply_for(status="ok", run_id=run_id, timeout_s=30)
+        assert ok["result"] == {"wired": "a", "amount_cents": 1}
+        states = [r.state for r in _changelog(settings, pending["approval_id"])]
+        assert states[-1] == "done", (states, worker.log_text()[-3000:])

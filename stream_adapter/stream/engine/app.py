@@ -100,12 +100,13 @@ class App(faust.App):
         claimed when newly assigned, before tables restore and streams read it."""
         claims = PartitionClaims(self, topics)
         self.__dict__.setdefault("_partition_claims", []).append(claims)
-
-        async def start() -> None:
-            return None
-
-        self.add_service(start, claims.stop)
         return claims
+
+    async def on_stop(self) -> None:
+        """Faust's (the consumer stops first, its in-flight work done), then the claims."""
+        await super().on_stop()
+        for claims in self.__dict__.get("_partition_claims", []):
+            await claims.stop()
 
     async def _on_partitions_assigned(self, assigned: Any, generation_id: int = 0) -> None:
         """Faust's, after claiming the newly assigned partitions (fencing their previous
