@@ -313,12 +313,11 @@ def _sent(service: ReviewService, records: list[ApprovalRecord]) -> set[str]:
 
 def _fragment(service: ReviewService, csrf: str, query: str = "", number: int = 1) -> str:
     view = service.view
-    pending = view.select(ApprovalState.PENDING)
-    shown = page_of(pending, query, number)
-    unknown = page_of(view.select(ApprovalState.UNKNOWN), query)
+    shown = page_of(view.records.in_state(ApprovalState.PENDING), query, number)
+    unknown = page_of(view.records.in_state(ApprovalState.UNKNOWN), query)
     return pages.board_fragment(
         shown,
-        pending,
+        view.twins,
         view.recent_decisions(),
         service.catalog,
         csrf=csrf,
@@ -342,7 +341,7 @@ def _detail(service: ReviewService, record: ApprovalRecord, csrf: str) -> str:
     return pages.detail_fragment(
         record,
         view.history(record.approval_id),
-        view.select(ApprovalState.PENDING),
+        view.twins,
         service.catalog,
         csrf=csrf,
         sent=_sent_one(service, record.approval_id),
