@@ -3,11 +3,17 @@
 A token is `sa1.<token_id>.<secret>`; the file keeps only the token_id and an scrypt hash of the
 whole token with a per-reviewer salt, so the token is shown once and cannot be recovered. Sessions
 and CSRF tokens are HMAC-SHA256 under the service's session secret.
+
+Each scrypt takes 16 MiB and tens of milliseconds, so a token is hashed only when it has the
+token format, after its attempt is counted against its address, and on a few threads of its own
+with a bounded queue (`TokenChecks`): a flood of bogus tokens costs little and waits its turn.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -17,6 +23,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +32,9 @@ from stream_adapter.approvals import utc_now
 from stream_adapter.errors import AdapterError, ToolUsageError
 
 TOKEN_PREFIX = "sa1"
+TOKEN_RE = re.compile(r"sa1\.[0-9a-f]{8,32}\.[A-Za-z0-9_-]{32,86}")
+"""The shape of every token `new_token` makes (with room either way): anything else is refused
+before it is hashed."""
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 SCRYPT = {"n": 2**14, "r": 8, "p": 1}
 _SCRYPT_MAXMEM = 64 * 1024 * 1024
@@ -86,12 +96,16 @@ def new_token() -> tuple[str, str]:
     return token_id, f"{TOKEN_PREFIX}.{token_id}.{secrets.token_urlsafe(32)}"
 
 
+def well_formed(token: str) -> bool:
+    """True when token has the token format (ASCII, `sa1.<hex id>.<url-safe secret>`)."""
+    return TOKEN_RE.fullmatch(token) is not None
+
+
 def token_id_of(token: str) -> str | None:
     """The token_id part of a well-formed token, else None."""
-    parts = token.split(".")
-    if len(parts) != 3 or parts[0] != TOKEN_PREFIX or not parts[1] or not parts[2]:
+    if not well_formed(token):
         return None
-    return parts[1]
+    return token.split(".")[1]
 
 
 class ReviewersFile:
@@ -150,15 +164,24 @@ class ReviewersFile:
         self._stamp = None
 
     def verify(self, token: str) -> Reviewer:
-        """The reviewer token belongs to; Unauthenticated otherwise (CPU-bound: run in a thread)."""
+        """The reviewer token belongs to; Unauthenticated otherwise (CPU-bound: run it through
+        `TokenChecks`). A token without the token format is refused without hashing."""
         token_id = token_id_of(token)
-        reviewer = self.by_token_id(token_id) if token_id else None
+        if token_id is None:
+            raise Unauthenticated("invalid token")
+        reviewer = self.by_token_id(token_id)
         if reviewer is None:
             hash_token(token, b"\0" * 16)  # same cost either way: no timing hint of valid ids
             raise Unauthenticated("invalid token")
         if not hmac.compare_digest(hash_token(token, reviewer.salt), reviewer.digest):
             raise Unauthenticated("invalid token")
         return reviewer
+
+
+def _same(given: str, expected: str) -> bool:
+    """Constant-time equality of a client's text and ours; any text (non-ASCII, lone
+    surrogates) is only unequal, never an error."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode())
 
 
 def _b64(data: bytes) -> str:
@@ -185,9 +208,55 @@ class TooManyFailures(AdapterError):
     title = "Too many failed sign-ins"
     status = 429
 
-    def __init__(self, retry_after_s: float) -> None:
+    def __init__(self, retry_after_s: float, *, first: bool = False) -> None:
         super().__init__("too many failed sign-ins from this address; try again later")
         self.retry_after_s = retry_after_s
+        self.first = first
+        """True for the first refusal since the address reached the limit (log it once)."""
+
+
+class TokenChecksBusy(AdapterError):
+    """More tokens wait to be checked than the service queues: try again shortly."""
+
+    title = "Too many sign-ins at once"
+    status = 503
+    retryable = True
+    retry_after_s = 1.0
+
+
+class TokenChecks:
+    """Token checks (scrypt) on `threads` threads of their own, at most `queue` waiting.
+
+    Not the event loop's default executor, so a flood of tokens never starves other work that
+    runs in threads; past the queue, TokenChecksBusy (503) rather than unbounded waiting.
+    """
+
+    def __init__(self, threads: int = 2, queue: int = 32) -> None:
+        if threads < 1 or queue < threads:
+            raise ValueError("threads must be at least 1 and queue at least threads")
+        self.threads = threads
+        self.queue = queue
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="token-check")
+        self._waiting = 0
+        self.hashed = 0
+        """Tokens handed to scrypt so far (the ones with the token format)."""
+
+    async def verify(self, file: ReviewersFile, token: str) -> Reviewer:
+        """file.verify(token) on the checks' threads; Unauthenticated at once when the token
+        has not the token format; TokenChecksBusy when the queue is full."""
+        if not well_formed(token):
+            raise Unauthenticated("invalid token")
+        if self._waiting >= self.queue:
+            raise TokenChecksBusy("too many tokens are being checked; try again shortly")
+        self._waiting += 1
+        self.hashed += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, file.verify, token)
+        finally:
+            self._waiting -= 1
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class FailureLimiter:
@@ -195,6 +264,8 @@ class FailureLimiter:
 
     Past `limit` failures an address is refused (429) until its oldest failure leaves the
     window: each guess costs an scrypt, so unlimited guessing would also exhaust the CPU.
+    An attempt counts as failed from its start (`begin`) until it succeeds, so a concurrent
+    burst gets no more than `limit` tokens hashed.
     """
 
     def __init__(
@@ -206,6 +277,7 @@ class FailureLimiter:
         self.window_s = window_s
         self._clock = clock
         self._failures: dict[str, deque[float]] = {}
+        self._announced: set[str] = set()
 
     def _recent(self, client: str, now: float) -> deque[float]:
         times = self._failures.get(client)
@@ -215,6 +287,7 @@ class FailureLimiter:
             times.popleft()
         if not times:
             del self._failures[client]
+            self._announced.discard(client)
         return times
 
     def check(self, client: str) -> None:
@@ -222,11 +295,31 @@ class FailureLimiter:
         now = self._clock()
         times = self._recent(client, now)
         if len(times) >= self.limit:
-            raise TooManyFailures(max(1.0, times[0] + self.window_s - now))
+            first = client not in self._announced
+            self._announced.add(client)
+            raise TooManyFailures(max(1.0, times[0] + self.window_s - now), first=first)
 
-    def failed(self, client: str) -> bool:
-        """Count a failure; True when it is the one that reaches the limit."""
+    def begin(self, client: str) -> float:
+        """Count an attempt of client's as failed before its token is checked; its stamp for
+        `succeeded`. TooManyFailures when client has used up its failures for now."""
+        self.check(client)
         now = self._clock()
+        self.failed(client, now)
+        return now
+
+    def succeeded(self, client: str, stamp: float) -> None:
+        """The attempt begun at stamp did not fail after all (or was never checked)."""
+        times = self._failures.get(client)
+        if times is None:
+            return
+        with contextlib.suppress(ValueError):
+            times.remove(stamp)
+        if not times:
+            del self._failures[client]
+
+    def failed(self, client: str, now: float | None = None) -> bool:
+        """Count a failure; True when it is the one that reaches the limit."""
+        now = self._clock() if now is None else now
         if len(self._failures) > _MAX_TRACKED:
             for other in list(self._failures):
                 self._recent(other, now)  # forget addresses whose failures have all expired
@@ -298,7 +391,8 @@ class Sessions:
         self.revoked = revoked if revoked is not None else RevokedSessions()
 
     def _mac(self, purpose: str, data: str) -> str:
-        return hmac.new(self.secret, f"{purpose}:{data}".encode(), hashlib.sha256).hexdigest()
+        message = f"{purpose}:{data}".encode("utf-8", "surrogatepass")  # any cookie text
+        return hmac.new(self.secret, message, hashlib.sha256).hexdigest()
 
     def issue(self, reviewer: Reviewer, now: float | None = None) -> tuple[Session, str]:
         """A new session for reviewer and its cookie value."""
@@ -314,7 +408,7 @@ class Sessions:
     def check(self, cookie: str, now: float | None = None) -> Session:
         """The session a cookie value carries; Unauthenticated if forged, malformed or expired."""
         payload, _, mac = cookie.partition(".")
-        if not payload or not hmac.compare_digest(mac, self._mac("session", payload)):
+        if not payload or not _same(mac, self._mac("session", payload)):
             raise Unauthenticated("invalid session")
         try:
             data = json.loads(_unb64(payload))
@@ -336,7 +430,7 @@ class Sessions:
         return self._mac("csrf", session.sid)
 
     def check_csrf(self, session: Session, token: str) -> None:
-        if not token or not hmac.compare_digest(token, self.csrf_token(session)):
+        if not token or not _same(token, self.csrf_token(session)):
             raise Forbidden("missing or invalid CSRF token")
 
     def login_csrf(self, nonce: str) -> str:
@@ -344,7 +438,7 @@ class Sessions:
         return self._mac("login", nonce)
 
     def check_login_csrf(self, nonce: str, token: str) -> None:
-        if not nonce or not token or not hmac.compare_digest(token, self.login_csrf(nonce)):
+        if not nonce or not token or not _same(token, self.login_csrf(nonce)):
             raise Forbidden("missing or invalid CSRF token")
 
 

@@ -9,7 +9,6 @@ the client's address, never the token, and an address with too many of them gets
 
 from __future__ import annotations
 
-import asyncio
 import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,6 +37,8 @@ from stream_adapter.review.auth import (
     ReviewersFile,
     Session,
     Sessions,
+    TokenChecks,
+    TokenChecksBusy,
     TooManyFailures,
     Unauthenticated,
 )
@@ -72,6 +73,9 @@ class ReviewService:
     limiter: FailureLimiter = field(default_factory=FailureLimiter)
     trust_forwarded: bool = False
     """Take the client's address from X-Forwarded-For (set by a proxy in front), not the peer."""
+    checks: TokenChecks = field(default_factory=TokenChecks)
+    """Where tokens are hashed: a few threads of their own, a bounded queue."""
+    proxy_warned: bool = False
 
 
 SERVICE = web.AppKey("service", ReviewService)
@@ -165,19 +169,34 @@ def client_address(request: web.Request) -> str:
     return request.remote or "unknown"
 
 
+def warn_if_proxied(request: web.Request) -> None:
+    """Warn (once) when requests carry X-Forwarded-For but it is not trusted: every client
+    behind the proxy then shares its address, and a few bad tokens refuse them all."""
+    service = _service(request)
+    if service.trust_forwarded or service.proxy_warned:
+        return
+    if "X-Forwarded-For" in request.headers:
+        service.proxy_warned = True
+        logs.event(
+            logs.WARNING,
+            "review: requests come through a proxy (X-Forwarded-For) but "
+            "REVIEW_TRUST_FORWARDED is off: sign-in limits count every client behind it as one",
+            event="proxy_not_trusted",
+            client=request.remote or "unknown",
+        )
+
+
 async def _verify(request: web.Request, token: str, event: str) -> Reviewer:
-    """The reviewer a token belongs to; a failure is counted and logged with the client's
-    address (never the token). TooManyFailures when the address has failed too often."""
+    """The reviewer a token belongs to. The attempt is counted against the client's address
+    before the token is hashed (so a concurrent burst cannot pass the limit) and forgiven when
+    it succeeds; a failure is logged with the address, never the token. TooManyFailures when
+    the address has failed too often, TokenChecksBusy when too many tokens wait."""
     service = _service(request)
     client = client_address(request)
-    service.limiter.check(client)
     try:
-        reviewer = await asyncio.to_thread(service.reviewers.verify, token)
-    except Unauthenticated:
-        limited = service.limiter.failed(client)
-        message = "review: login failed" if event == "login_failed" else "review: token refused"
-        logs.event(logs.WARNING, message, event=event, client=client)
-        if limited:
+        stamp = service.limiter.begin(client)
+    except TooManyFailures as exc:
+        if exc.first:
             logs.event(
                 logs.WARNING,
                 "review: too many failed tokens; address refused for a while",
@@ -185,6 +204,17 @@ async def _verify(request: web.Request, token: str, event: str) -> Reviewer:
                 client=client,
             )
         raise
+    failed = False
+    try:
+        reviewer = await service.checks.verify(service.reviewers, token)
+    except Unauthenticated:
+        failed = True
+        message = "review: login failed" if event == "login_failed" else "review: token refused"
+        logs.event(logs.WARNING, message, event=event, client=client)
+        raise
+    finally:
+        if not failed:
+            service.limiter.succeeded(client, stamp)
     return reviewer
 
 
@@ -241,6 +271,7 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     kind: AuthKind | None = getattr(route_handler, "auth_kind", None)
     if kind == "public":
         return await handler(request)
+    warn_if_proxied(request)
     api = request.path.startswith("/api/")
     try:
         if kind == "api" or (kind is None and api):
@@ -249,7 +280,7 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
             session = _session(request)
             request[SESSION] = session
             request[REVIEWER] = session.name
-    except TooManyFailures as exc:
+    except (TooManyFailures, TokenChecksBusy) as exc:
         response = _problem_response(exc)
         response.headers["Retry-After"] = str(int(exc.retry_after_s + 0.999))
         return response
@@ -560,9 +591,13 @@ async def login(request: web.Request) -> web.StreamResponse:
         reviewer = await _verify(request, token, "login_failed")
     except Forbidden:
         return _login_response(request, error="The form expired; sign in again.")
-    except TooManyFailures as exc:
-        response = _login_response(request, error="Too many failed sign-ins; wait a minute.")
-        response.set_status(429)
+    except (TooManyFailures, TokenChecksBusy) as exc:
+        busy = isinstance(exc, TokenChecksBusy)
+        error = "Too many sign-ins at once; try again in a moment."
+        response = _login_response(
+            request, error=error if busy else "Too many failed sign-ins; wait a minute."
+        )
+        response.set_status(exc.status)
         response.headers["Retry-After"] = str(int(exc.retry_after_s + 0.999))
         return response
     except Unauthenticated:
