@@ -193,23 +193,23 @@ async def test_the_tool_server_limits_failed_tokens_per_address_before_hashing(
     agent = callers.add("agent-1")
     rita = reviewers.add("rita")
     limiter = FailureLimiter(3, 60.0)
-    async with tool_server(callers=callers, reviewers=reviewers, limiter=limiter) as url:
-        async with httpx.AsyncClient(base_url=url, timeout=30.0) as http:
-            assert (await http.get("/tools", headers=bearer(agent))).status_code == 200
-            hashes.clear()
-            for bad in MALFORMED:
-                refused = await http.get("/approvals", headers=raw_bearer(bad))
-                assert refused.status_code in (401, 429), bad
-            assert hashes == []  # none of them was hashed
-            limited = await http.get("/approvals", headers=bearer(well_formed_bogus(1)))
-            assert limited.status_code == 429
-            assert int(limited.headers["Retry-After"]) >= 1
-            assert limited.json()["kind"] == "TooManyFailures"
-            # A token not yet verified waits too; one verified a moment ago does not.
-            assert (await http.get("/approvals", headers=bearer(rita))).status_code == 429
-            assert (await http.get("/tools", headers=bearer(agent))).status_code == 200
-            proxied = {**bearer("x"), "X-Forwarded-For": "198.51.100.7"}
-            await http.get("/tools", headers=proxied)
-            await http.get("/tools", headers=proxied)
+    server = tool_server(callers=callers, reviewers=reviewers, limiter=limiter)
+    async with server as url, httpx.AsyncClient(base_url=url, timeout=30.0) as http:
+        assert (await http.get("/tools", headers=bearer(agent))).status_code == 200
+        hashes.clear()
+        for bad in MALFORMED:
+            refused = await http.get("/approvals", headers=raw_bearer(bad))
+            assert refused.status_code in (401, 429), bad
+        assert hashes == []  # none of them was hashed
+        limited = await http.get("/approvals", headers=bearer(well_formed_bogus(1)))
+        assert limited.status_code == 429
+        assert int(limited.headers["Retry-After"]) >= 1
+        assert limited.json()["kind"] == "TooManyFailures"
+        # A token not yet verified waits too; one verified a moment ago does not.
+        assert (await http.get("/approvals", headers=bearer(rita))).status_code == 429
+        assert (await http.get("/tools", headers=bearer(agent))).status_code == 200
+        proxied = {**bearer("x"), "X-Forwarded-For": "198.51.100.7"}
+        await http.get("/tools", headers=proxied)
+        await http.get("/tools", headers=proxied)
     warned = [r for r in records.records if getattr(r, "event", None) == "proxy_not_trusted"]
     assert len(warned) == 1
