@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import fcntl
 import hashlib
 import hmac
 import json
@@ -22,7 +23,7 @@ import re
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,15 +336,17 @@ class RevokedSessions:
     """Ids of sessions ended by logout, kept until they would have expired anyway.
 
     With a path, the list is a file (JSON, mode 0600) re-read when it changes, so a logout holds
-    across restarts and for every instance sharing the file and the session secret.
+    across restarts and for every instance sharing the file and the session secret. A logout
+    reads, adds and writes under an exclusive lock of a file beside it, so concurrent logouts
+    (threads or processes) never lose one another's revocation.
     """
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int, int] | None = None
         self._revoked: dict[str, int] = {}
 
-    def _load(self) -> dict[str, int]:
+    def _load(self, *, fresh: bool = False) -> dict[str, int]:
         if self.path is None:
             return self._revoked
         try:
@@ -351,8 +354,9 @@ class RevokedSessions:
         except FileNotFoundError:
             self._stamp, self._revoked = None, {}
             return self._revoked
-        stamp = (stat.st_mtime_ns, stat.st_size)
-        if stamp != self._stamp:
+        # Every write replaces the file, so its inode changes even when size and time do not.
+        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size)
+        if fresh or stamp != self._stamp:
             data = json.loads(self.path.read_text() or "{}")
             self._revoked = {str(k): int(v) for k, v in data.get("revoked", {}).items()}
             self._stamp = stamp
@@ -364,12 +368,28 @@ class RevokedSessions:
     def add(self, session: Session, now: float | None = None) -> None:
         """Revoke session; expired entries are dropped as the list is written."""
         moment = int(now if now is not None else time.time())
-        revoked = {k: v for k, v in self._load().items() if v >= moment}
-        revoked[session.sid] = session.expires
-        self._revoked = revoked
-        if self.path is not None:
-            _write_private(self.path, json.dumps({"version": 1, "revoked": revoked}))
-            self._stamp = None
+        with self._locked():
+            revoked = {k: v for k, v in self._load(fresh=True).items() if v >= moment}
+            revoked[session.sid] = session.expires
+            self._revoked = revoked
+            if self.path is not None:
+                _write_private(self.path, json.dumps({"version": 1, "revoked": revoked}))
+                self._stamp = None
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """An exclusive lock of the list's lock file (nothing without a path)."""
+        if self.path is None:
+            yield
+            return
+        lock = self.path.with_name(f".{self.path.name}.lock")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
 
 def _write_private(path: Path, body: str) -> None:
