@@ -7,7 +7,9 @@ Tokens: ``STREAM_ADAPTER_REVIEWERS_FILE=callers.json stream-adapter reviewers ad
 gives a caller token; the same command with the reviewers file gives a reviewer token.
 Failed tokens are limited per client address as in the review service
 (``STREAM_ADAPTER_REVIEW_AUTH_FAILURES`` per ``STREAM_ADAPTER_REVIEW_AUTH_WINDOW_S``), and
-``STREAM_ADAPTER_REVIEW_TRUST_FORWARDED=true`` takes that address from ``X-Forwarded-For``.
+``STREAM_ADAPTER_REVIEW_TRUST_FORWARDED=true`` takes that address from ``X-Forwarded-For``;
+``STREAM_ADAPTER_REVIEW_TOOL_ROLES=send_invoice=billing`` lets only reviewers with that role
+decide the tool's calls.
 """
 
 from __future__ import annotations
@@ -34,4 +36,5 @@ app = create_app(
     tools=TOOLS,
     limiter=FailureLimiter(settings.review_auth_failures, settings.review_auth_window_s),
     trust_forwarded=settings.review_trust_forwarded,
+    tool_roles=settings.tool_roles,
 )

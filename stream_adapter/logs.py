@@ -54,6 +54,7 @@ SAFE_FIELDS = frozenset(
         "held_s",
         "client",
         "path",
+        "reviewer",
     }
 )
 """Fields allowed at WARNING and above: names, ids, kinds and counters."""

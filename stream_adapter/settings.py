@@ -188,6 +188,11 @@ class Settings(BaseSettings):
         default=False,
         description="Take review clients' addresses from X-Forwarded-For (behind a proxy only).",
     )
+    review_tool_roles: str = Field(
+        default="",
+        description="tool=role[,tool=role]: a listed tool's calls are decided and resolved only "
+        "by reviewers with one of its roles (`reviewers add NAME --role ROLE`); others by any.",
+    )
     review_auth_failures: int = Field(
         default=10, ge=1, description="Failed review tokens per address before it gets 429."
     )
@@ -331,6 +336,17 @@ class Settings(BaseSettings):
                 )
         return self
 
+    @field_validator("review_tool_roles")
+    @classmethod
+    def _tool_roles_readable(cls, value: str) -> str:
+        parse_tool_roles(value)
+        return value
+
+    @property
+    def tool_roles(self) -> dict[str, frozenset[str]]:
+        """REVIEW_TOOL_ROLES by tool: the roles one of which its reviewers must have."""
+        return parse_tool_roles(self.review_tool_roles)
+
     @property
     def review_cookies_secure(self) -> bool:
         """Whether the review service's cookies are Secure: the setting, else on unless the
@@ -394,6 +410,18 @@ class Settings(BaseSettings):
     def with_changes(self, **changes: Any) -> Settings:
         """A copy with some fields replaced (CLI options over the environment), validated again."""
         return type(self).model_validate({**self.model_dump(), **changes})
+
+
+def parse_tool_roles(spec: str) -> dict[str, frozenset[str]]:
+    """`tool=role[,tool=role]` by tool (a tool listed twice takes either role); ValueError
+    when malformed."""
+    roles: dict[str, set[str]] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        tool, sep, role = (text.strip() for text in item.partition("="))
+        if not sep or not tool or not role:
+            raise ValueError("review_tool_roles looks like tool=role[,tool=role]")
+        roles.setdefault(tool, set()).add(role)
+    return {tool: frozenset(names) for tool, names in roles.items()}
 
 
 class _ExportedSecrets(PydanticBaseSettingsSource):

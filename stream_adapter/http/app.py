@@ -40,13 +40,13 @@ from stream_adapter.http.credentials import BearerTokens, bearer_token
 from stream_adapter.replies import Reply, ok_reply
 from stream_adapter.review.auth import (
     FailureLimiter,
-    Forbidden,
     ReviewersFile,
     TokenChecks,
     TokenChecksBusy,
     TooManyFailures,
     Unauthenticated,
 )
+from stream_adapter.review.policy import ToolRoles, check_may_decide
 from stream_adapter.tools import ToolNames, allow_list
 
 __all__ = ["IDEMPOTENCY_HEADER", "ToolServer", "create_app"]
@@ -114,6 +114,7 @@ class ToolServer:
         origin: str = "http",
         limiter: FailureLimiter | None = None,
         trust_forwarded: bool = False,
+        tool_roles: ToolRoles | None = None,
     ) -> None:
         given = executor_of(backend)
         # Its own executor: what it parks carries its origin, whatever the backend's is.
@@ -128,6 +129,8 @@ class ToolServer:
         self.trust_forwarded = trust_forwarded
         """Take the client's address from X-Forwarded-For (set by a proxy in front)."""
         self.proxy_warned = False
+        self.tool_roles: ToolRoles = tool_roles or {}
+        """Roles one of which a tool's reviewers must have (`roles` in the reviewers file)."""
 
     def client_of(self, request: Request) -> str:
         """The client's address: the peer, or the one a trusted proxy in front appended.
@@ -232,10 +235,10 @@ class ToolServer:
     async def decide(
         self, approval_id: str, reviewer: str, body: _DecisionBody
     ) -> tuple[int, dict[str, Any]]:
-        """record_decision as reviewer: 200 record, 404, 409; 403 on one's own call."""
+        """record_decision as reviewer: 200 record, 404, 409; 403 on one's own call or a
+        tool whose role the reviewer lacks."""
         record = await self._record(approval_id)
-        if record.source == self.source_of(reviewer):
-            raise Forbidden("a caller cannot decide its own call", approval_id=approval_id)
+        self._may(record, reviewer, "decide")
         return await record_decision(
             self.executor,
             approval_id,
@@ -247,10 +250,10 @@ class ToolServer:
     async def resolve(
         self, approval_id: str, reviewer: str, body: _ResolutionBody
     ) -> tuple[int, dict[str, Any]]:
-        """resolve_outcome as reviewer: 200 record, 404, 409; 403 on one's own call."""
+        """resolve_outcome as reviewer: 200 record, 404, 409; 403 on one's own call or a
+        tool whose role the reviewer lacks."""
         record = await self._record(approval_id)
-        if record.source == self.source_of(reviewer):
-            raise Forbidden("a caller cannot resolve its own call", approval_id=approval_id)
+        self._may(record, reviewer, "resolve")
         return await resolve_outcome(
             self.executor,
             approval_id,
@@ -261,6 +264,11 @@ class ToolServer:
         )
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _may(self, record: ApprovalRecord, reviewer: str, act: str) -> None:
+        """Forbidden unless reviewer (as the reviewers file has them now) may act on record."""
+        entry = self.reviewers.file.by_name(reviewer)
+        check_may_decide(record, entry, self.tool_roles, act=act)
 
     def _store(self) -> ApprovalStore:
         if self.executor.store is None:
@@ -456,13 +464,17 @@ def create_app(
     origin: str = "http",
     limiter: FailureLimiter | None = None,
     trust_forwarded: bool = False,
+    tool_roles: ToolRoles | None = None,
 ) -> Starlette:
     """The HTTP tool server over backend's tools and approval store (an ASGI app).
 
     ``callers`` and ``reviewers`` are token files in the review service's format (paths,
     ``ReviewersFile`` or ``BearerTokens``). ``tools`` narrows what runs. ``limiter`` counts
     failed tokens per client address (default: 10 a minute, then 429); ``trust_forwarded``
-    takes that address from ``X-Forwarded-For`` (only behind a proxy that sets it). Routes:
+    takes that address from ``X-Forwarded-For`` (only behind a proxy that sets it).
+    ``tool_roles`` maps a tool to the roles one of which its reviewers must have (``roles`` in
+    the reviewers file); nobody decides their own call (same name, or a caller name listed
+    under ``callers`` in the reviewers file). Routes:
 
     | route | who | does |
     |---|---|---|
@@ -484,6 +496,7 @@ def create_app(
         origin=origin,
         limiter=limiter,
         trust_forwarded=trust_forwarded,
+        tool_roles=tool_roles,
     )
 
     @contextlib.asynccontextmanager

@@ -64,9 +64,13 @@ class Reviewer:
     salt: bytes
     digest: bytes
     created_at: str
+    roles: tuple[str, ...] = ()
+    """Roles a tool may require of whoever decides its calls (REVIEW_TOOL_ROLES)."""
+    callers: tuple[str, ...] = ()
+    """Caller names (of a callers file) this person also holds: their calls are their own."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "name": self.name,
             "token_id": self.token_id,
             "salt": self.salt.hex(),
@@ -74,6 +78,11 @@ class Reviewer:
             "hash": self.digest.hex(),
             "created_at": self.created_at,
         }
+        if self.roles:
+            body["roles"] = list(self.roles)
+        if self.callers:
+            body["callers"] = list(self.callers)
+        return body
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Reviewer:
@@ -83,6 +92,8 @@ class Reviewer:
             salt=bytes.fromhex(data["salt"]),
             digest=bytes.fromhex(data["hash"]),
             created_at=str(data.get("created_at", "")),
+            roles=tuple(str(r) for r in data.get("roles", ())),
+            callers=tuple(str(c) for c in data.get("callers", ())),
         )
 
 
@@ -137,16 +148,31 @@ class ReviewersFile:
     def by_token_id(self, token_id: str) -> Reviewer | None:
         return self._load().get(token_id)
 
-    def add(self, name: str, *, replace: bool = False) -> str:
-        """Add reviewer name (or give them a new token with replace); returns the token."""
-        if not NAME_RE.match(name):
-            raise ToolUsageError("a reviewer name is 1-64 letters, digits or ._@-")
+    def by_name(self, name: str) -> Reviewer | None:
+        """The entry named name as the file has it now."""
+        return next((r for r in self._load().values() if r.name == name), None)
+
+    def add(
+        self,
+        name: str,
+        *,
+        replace: bool = False,
+        roles: tuple[str, ...] = (),
+        callers: tuple[str, ...] = (),
+    ) -> str:
+        """Add reviewer name (or give them a new token with replace) with their roles and the
+        caller names they also hold; returns the token."""
+        for word in (name, *roles, *callers):
+            if not NAME_RE.match(word):
+                raise ToolUsageError("names and roles are 1-64 letters, digits or ._@-")
         current = [r for r in self.reviewers() if r.name != name]
         if len(current) != len(self.reviewers()) and not replace:
             raise ToolUsageError(f"reviewer {name!r} exists (use --replace for a new token)")
         token_id, token = new_token()
         salt = secrets.token_bytes(16)
-        reviewer = Reviewer(name, token_id, salt, hash_token(token, salt), utc_now())
+        reviewer = Reviewer(
+            name, token_id, salt, hash_token(token, salt), utc_now(), tuple(roles), tuple(callers)
+        )
         self._write([*current, reviewer])
         return token
 

@@ -218,7 +218,13 @@ class Decider:
         finally:
             if not written:  # whatever failed, nothing is on its way
                 self._sent.pop(approval_id, None)
-        logs.event(logs.INFO, "decision written", approval_id=approval_id, approved=approved)
+        logs.event(
+            logs.INFO,
+            "decision written",
+            approval_id=approval_id,
+            approved=approved,
+            reviewer=reviewer,
+        )
 
         def landed(view: ApprovalsView) -> bool:
             record = view.get(approval_id)
@@ -319,7 +325,13 @@ class Decider:
         finally:
             if not written:  # whatever failed, nothing is on its way
                 self._forget_resolution(approval_id)
-        logs.event(logs.INFO, "resolution written", approval_id=approval_id, resolution=kind)
+        logs.event(
+            logs.INFO,
+            "resolution written",
+            approval_id=approval_id,
+            resolution=kind,
+            reviewer=reviewer,
+        )
 
         def landed(view: ApprovalsView) -> bool:
             record = view.get(approval_id)

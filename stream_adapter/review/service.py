@@ -52,6 +52,7 @@ def review_service(
         secure_cookies=settings.review_cookies_secure,
         limiter=FailureLimiter(settings.review_auth_failures, settings.review_auth_window_s),
         trust_forwarded=settings.review_trust_forwarded,
+        tool_roles=settings.tool_roles,
     )
 
 

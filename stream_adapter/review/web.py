@@ -45,6 +45,7 @@ from stream_adapter.review.auth import (
 from stream_adapter.review.catalog import Catalog
 from stream_adapter.review.decide import Decider
 from stream_adapter.review.listing import page_of
+from stream_adapter.review.policy import ToolRoles, check_may_decide
 from stream_adapter.review.view import ApprovalsView, record_json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -73,6 +74,8 @@ class ReviewService:
     limiter: FailureLimiter = field(default_factory=FailureLimiter)
     trust_forwarded: bool = False
     """Take the client's address from X-Forwarded-For (set by a proxy in front), not the peer."""
+    tool_roles: ToolRoles = field(default_factory=dict)
+    """Roles one of which a tool's reviewers must have (REVIEW_TOOL_ROLES)."""
     checks: TokenChecks = field(default_factory=TokenChecks)
     """Where tokens are hashed: a few threads of their own, a bounded queue."""
     proxy_warned: bool = False
@@ -332,6 +335,14 @@ def _board_query(query: Mapping[str, str]) -> tuple[str, int]:
     return text, number
 
 
+def _may(service: ReviewService, approval_id: str, reviewer: str, act: str) -> None:
+    """Forbidden unless reviewer may act on the approval (its tool's role, not their own
+    call); nothing to check when the view does not show it (the decider says 404)."""
+    record = service.view.get(approval_id)
+    if record is not None:
+        check_may_decide(record, service.reviewers.by_name(reviewer), service.tool_roles, act=act)
+
+
 def _sent_one(service: ReviewService, approval_id: str) -> bool:
     """Whether a decision or resolution sent from here is not shown by the view yet."""
     decider = service.decider
@@ -513,6 +524,7 @@ async def decide_form(request: web.Request) -> web.StreamResponse:
         return again("Choose Approve or Deny.", 400)
     reason = str(form.get("reason", "")).strip() or None
     try:
+        _may(posted.service, posted.approval_id, posted.session.name, "decide")
         outcome = await posted.service.decider.decide(
             posted.approval_id,
             approved=verdict == "approve",
@@ -553,6 +565,7 @@ async def resolve_form(request: web.Request) -> web.StreamResponse:
         return again(f"Not resolved: the result must be JSON ({exc}).", 400)
     reason = str(form.get("reason", "")).strip() or None
     try:
+        _may(posted.service, posted.approval_id, posted.session.name, "resolve")
         outcome = await posted.service.decider.resolve(
             posted.approval_id,
             ran=kind == "ran",
@@ -677,7 +690,9 @@ async def api_decide(request: web.Request) -> web.StreamResponse:
         raise ToolUsageError(
             'the body is {"approved": bool, "reason"?: str}; the reviewer comes from the token'
         ) from None
-    outcome = await _service(request).decider.decide(
+    service = _service(request)
+    _may(service, approval_id, request[REVIEWER], "decide")
+    outcome = await service.decider.decide(
         approval_id, approved=body.approved, reviewer=request[REVIEWER], reason=body.reason
     )
     if outcome.record is None:
@@ -700,7 +715,9 @@ async def api_resolve(request: web.Request) -> web.StreamResponse:
         ) from None
     if body.result is not None and not body.ran:
         raise ToolUsageError("a result goes with ran: true")
-    outcome = await _service(request).decider.resolve(
+    service = _service(request)
+    _may(service, approval_id, request[REVIEWER], "resolve")
+    outcome = await service.decider.resolve(
         approval_id,
         ran=body.ran,
         reviewer=request[REVIEWER],
