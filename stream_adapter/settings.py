@@ -167,6 +167,12 @@ class Settings(BaseSettings):
         description="Seconds an approval may wait for a decision before it expires and its "
         "agent gets ApprovalExpired (unset: pending approvals never expire).",
     )
+    max_pending_per_source: int = Field(
+        default=10_000,
+        ge=0,
+        description="Pending approvals one source may have; a call past it is refused with "
+        "TooManyPending (429, retryable). A worker counts its own partitions' (0: no cap).",
+    )
     approvals_sweep_interval_s: float = Field(
         default=60.0,
         gt=0,
