@@ -16,19 +16,11 @@ from collections.abc import Callable, Iterable
 
 import orjson
 
-from stream_adapter.errors import AdapterError
+from stream_adapter.errors import TooManyPending
 
 __all__ = ["PendingCounts", "TooManyPending"]
 
 _PENDING = b'"pending"'
-
-
-class TooManyPending(AdapterError):
-    """The call's source has MAX_PENDING_PER_SOURCE approvals waiting: decide some, retry."""
-
-    title = "Too many pending approvals"
-    status = 429
-    retryable = True
 
 
 def pending_source(raw: bytes | None) -> str | None:
