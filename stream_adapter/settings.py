@@ -27,8 +27,9 @@ MIN_SECRET_CHARS = 32
 
 SECRET_FIELDS = ("decision_keys", "session_secret", "sasl_password", "ssl_key_password")
 """Settings that are secrets: never written to os.environ by this process (see `export`)."""
-_IN_PROCESS: dict[str, str] = {}
-"""Secrets `export` handed to this process's later `Settings()`, kept out of os.environ."""
+_IN_PROCESS: dict[str, tuple[str, str | None]] = {}
+"""Secrets `export` handed to this process's later `Settings()`, kept out of os.environ: by
+field, the value and the variable's value in os.environ then (a later change to it wins)."""
 
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -411,7 +412,8 @@ class Settings(BaseSettings):
         _IN_PROCESS.clear()
         for name in SECRET_FIELDS:
             value = getattr(self, name)
-            _IN_PROCESS[name] = value.get_secret_value() if isinstance(value, SecretStr) else value
+            secret = value.get_secret_value() if isinstance(value, SecretStr) else value
+            _IN_PROCESS[name] = (secret, os.environ.get(f"{ENV_PREFIX}{name.upper()}"))
 
     def with_changes(self, **changes: Any) -> Settings:
         """A copy with some fields replaced (CLI options over the environment), validated again."""
@@ -435,10 +437,14 @@ class _ExportedSecrets(PydanticBaseSettingsSource):
     environment)."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return _IN_PROCESS.get(field_name), field_name, False
+        return self().get(field_name), field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        return dict(_IN_PROCESS)
+        return {
+            name: secret
+            for name, (secret, env) in _IN_PROCESS.items()
+            if os.environ.get(f"{ENV_PREFIX}{name.upper()}") == env  # unchanged since export
+        }
 
 
 def _loopback(host: str) -> bool:

@@ -120,7 +120,7 @@ def environ() -> Iterator[None]:
     """os.environ and the exported settings as they were, afterwards."""
     from stream_adapter import settings as module
 
-    kept: dict[str, str] = getattr(module, "_IN_PROCESS", {})
+    kept: dict[str, Any] = getattr(module, "_IN_PROCESS", {})
     before, exported = dict(os.environ), dict(kept)
     yield
     os.environ.clear()
@@ -154,6 +154,9 @@ def test_secrets_never_reach_os_environ_or_the_processes_tools_start(environ: No
         SESSION_SECRET,
         f"k1:{DECISION_SECRET}",
     )
+    # A variable set afterwards wins, as it would have before.
+    os.environ[f"{ENV_PREFIX}SESSION_SECRET"] = "x" * 40
+    assert Settings().session_secret == "x" * 40
 
 
 def test_concurrent_logouts_keep_every_revocation(tmp_path: Path) -> None:
