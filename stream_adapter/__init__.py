@@ -27,6 +27,7 @@ from stream_adapter.errors import (
     ToolNotFound,
     ToolTimeout,
     ToolUsageError,
+    TooManyPending,
     error_reply,
     problem,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "SQLApprovalStore",
     "SQLiteApprovalStore",
     "TlsFailed",
+    "TooManyPending",
     "Tool",
     "ToolFailed",
     "ToolNames",

@@ -8,7 +8,6 @@ Failures print one `Error:` line and exit with the code of their kind (commands/
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -390,7 +389,7 @@ def load_topology(settings: Settings) -> Any:
     """Import the settings' topology module (which reads the settings from the environment)."""
     import importlib
 
-    os.environ.update(settings.to_env())
+    settings.export()  # secrets stay out of os.environ, where tools would inherit them
     try:
         return importlib.import_module(settings.topology)
     except ImportError as exc:

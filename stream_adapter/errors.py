@@ -9,6 +9,7 @@
     ├── ApprovalDenied           no   403
     ├── ApprovalConflict         no   409 (a decision or transition on a settled record)
     ├── ApprovalExpired          no   410 (nobody decided in time: PENDING_EXPIRY_S)
+    ├── TooManyPending           yes  429 (the source has MAX_PENDING_PER_SOURCE waiting)
     ├── ToolTimeout              yes  504
     ├── ToolFailed               the tool says (500, or the tool's own status)
     └── BrokerError              yes  503 (the broker cannot be reached, started or set up)
@@ -33,6 +34,7 @@ __all__ = [
     "CodecUnavailable",
     "NotAuthorized",
     "TlsFailed",
+    "TooManyPending",
     "ToolFailed",
     "ToolNotFound",
     "ToolTimeout",
@@ -119,6 +121,14 @@ class ApprovalExpired(AdapterError):
 
     title = "Approval expired"
     status = 410
+
+
+class TooManyPending(AdapterError):
+    """The call's source has MAX_PENDING_PER_SOURCE approvals waiting: decide some, retry."""
+
+    title = "Too many pending approvals"
+    status = 429
+    retryable = True
 
 
 class ToolTimeout(AdapterError):

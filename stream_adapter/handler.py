@@ -258,6 +258,7 @@ async def record_decision(
                 "later decision ignored",
                 approval_id=approval_id,
                 error_kind=exc.kind,
+                reviewer=reviewer,
             )
         return error_reply(exc)
     except ValueError:
@@ -307,7 +308,11 @@ async def resolve_outcome(
     except (ApprovalNotFound, ApprovalConflict, ToolUsageError) as exc:
         if isinstance(exc, ApprovalConflict):
             logs.event(
-                logs.WARNING, "resolution refused", approval_id=approval_id, error_kind=exc.kind
+                logs.WARNING,
+                "resolution refused",
+                approval_id=approval_id,
+                error_kind=exc.kind,
+                reviewer=reviewer,
             )
         return error_reply(exc)
     except ValueError:

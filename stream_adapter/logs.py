@@ -57,6 +57,7 @@ SAFE_FIELDS = frozenset(
         "servers",
         "outage_s",
         "suppressed",
+        "reviewer",
     }
 )
 """Fields allowed at WARNING and above: names, ids, kinds and counters."""

@@ -51,6 +51,7 @@ from stream_adapter.errors import (
     ToolNotFound,
     ToolUsageError,
 )
+from stream_adapter.pending import PendingCounts, TooManyPending
 from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER, DecisionKeys, SignatureError
 from stream_adapter.stream.calls import PARK, RESUME, SWEEP
@@ -69,6 +70,8 @@ class ApprovalTable:
 
     def __init__(self, table: DurableTable) -> None:
         self._table = table
+        self.pending = PendingCounts(table.values)
+        """Pending approvals by source in this worker's partitions (MAX_PENDING_PER_SOURCE)."""
 
     def get(self, approval_id: str) -> ApprovalRecord | None:
         raw = self._table.get(approval_id.encode())
@@ -81,11 +84,16 @@ class ApprovalTable:
         `running` and `done` marks go outside it, or an abort would take them back, and the
         redone decision would run the call a second time or find its outcome lost.
         """
-        await self._table.put(record.approval_id.encode(), record.to_bytes(), partition, now=now)
+        key, value = record.approval_id.encode(), record.to_bytes()
+        before = self._table.get(key)
+        await self._table.put(key, value, partition, now=now)
+        self.pending.changed(before, value)
 
     async def delete(self, approval_id: str, partition: int) -> None:
         """Remove a record: a tombstone on the changelog, written as `put` writes."""
+        before = self._table.get(approval_id.encode())
         await self._table.put(approval_id.encode(), None, partition)
+        self.pending.changed(before, None)
 
 
 def signature_of(keys: DecisionKeys, headers: Mapping[str, bytes]) -> str:
@@ -153,6 +161,15 @@ class ApprovalFlow:
         fresh = new_record(envelope, request["tool"], origin=self.origin, agent_key=original.key)
         record = self.table.get(fresh.approval_id)
         if record is None:
+            try:
+                self.table.pending.admit(
+                    fresh.source, self.ctx.settings.max_pending_per_source, tool=fresh.tool
+                )
+            except TooManyPending as exc:  # a dead letter and a typed reply; nothing parked
+                await self.ctx.fail(
+                    original, exc, tool=fresh.tool, run_id=fresh.run_id, call_id=fresh.call_id
+                )
+                return
             await self.table.put(fresh, partition)
             crash_point(PARKED)
             logs.event(

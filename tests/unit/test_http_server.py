@@ -71,6 +71,9 @@ def server_env(tmp: Path, store_url: str) -> dict[str, str]:
         "STREAM_ADAPTER_DEMO_LEDGER": str(tmp / "ledger.jsonl"),
         "STREAM_ADAPTER_CALLERS_FILE": str(tmp / "callers.json"),
         "STREAM_ADAPTER_REVIEWERS_FILE": str(tmp / "reviewers.json"),
+        # These tests send many wrong tokens on purpose (tests/unit/test_token_floods.py
+        # covers the limit).
+        "STREAM_ADAPTER_REVIEW_AUTH_FAILURES": "10000",
     }
 
 
