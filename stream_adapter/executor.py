@@ -14,6 +14,7 @@ import orjson
 from stream_adapter import logs
 from stream_adapter._json import MAX_DEPTH, SHALLOW_BYTES, JSONError, check_value
 from stream_adapter.errors import AdapterError, ToolFailed, ToolNotFound, ToolTimeout
+from stream_adapter.live_runs import LiveRuns
 from stream_adapter.tools import (
     CallContext,
     Tool,
@@ -55,6 +56,8 @@ class Executor:
         self.tools = allow_list(tools)
         self._max_threads = max_threads
         self._pool: ThreadPoolExecutor | None = None
+        self.live_runs = LiveRuns()
+        """Approved runs in progress here: a resume of one waits for it (handler.py)."""
 
     def resolve(self, name: str, tools: ToolNames | None = None) -> Tool:
         """The tool called name if every allow-list admits it; ToolNotFound reads the same.
