@@ -11,12 +11,14 @@ from stream_adapter.approvals import (
     parse_decision,
 )
 from stream_adapter.backend import Backend, build_backend
+from stream_adapter.dead_letters import DeadLetter, DeadLetters
 from stream_adapter.envelope import MAX_ENVELOPE_BYTES, Envelope, parse_envelope
 from stream_adapter.errors import (
     AdapterError,
     ApprovalConflict,
     ApprovalDenied,
     ApprovalExpired,
+    ApprovalInProgress,
     ApprovalNotFound,
     AuthenticationFailed,
     BrokerError,
@@ -42,6 +44,7 @@ from stream_adapter.tools import CallContext, Tool, ToolNames, ToolRegistry, cur
 
 if TYPE_CHECKING:
     from stream_adapter.http import create_app
+    from stream_adapter.sqs_dead_letters import SqsDeadLetters
     from stream_adapter.stores import (
         DynamoDBApprovalStore,
         RedisApprovalStore,
@@ -54,6 +57,7 @@ __all__ = [
     "ApprovalConflict",
     "ApprovalDenied",
     "ApprovalExpired",
+    "ApprovalInProgress",
     "ApprovalNotFound",
     "ApprovalRecord",
     "ApprovalState",
@@ -63,6 +67,8 @@ __all__ = [
     "BrokerError",
     "CallContext",
     "CodecUnavailable",
+    "DeadLetter",
+    "DeadLetters",
     "Decision",
     "DynamoDBApprovalStore",
     "Envelope",
@@ -78,6 +84,7 @@ __all__ = [
     "Runner",
     "SQLApprovalStore",
     "SQLiteApprovalStore",
+    "SqsDeadLetters",
     "TlsFailed",
     "TooManyPending",
     "Tool",
@@ -109,6 +116,14 @@ def __getattr__(name: str) -> Any:
         from stream_adapter import stores
 
         return getattr(stores, name)
+    if name == "SqsDeadLetters":
+        try:
+            from stream_adapter.sqs_dead_letters import SqsDeadLetters
+        except ModuleNotFoundError as exc:
+            raise ImportError(
+                "SqsDeadLetters needs the 'sqs' extra: pip install 'stream-adapter[sqs]'"
+            ) from exc
+        return SqsDeadLetters
     if name == "create_app":
         try:
             from stream_adapter.http import create_app

@@ -9,6 +9,7 @@
     ├── ApprovalDenied           no   403
     ├── ApprovalConflict         no   409 (a decision or transition on a settled record)
     ├── ApprovalExpired          no   410 (nobody decided in time: PENDING_EXPIRY_S)
+    ├── ApprovalInProgress       yes  409 (its approved run may still be going elsewhere)
     ├── TooManyPending           yes  429 (the source has MAX_PENDING_PER_SOURCE waiting)
     ├── ToolTimeout              yes  504
     ├── ToolFailed               the tool says (500, or the tool's own status)
@@ -28,6 +29,7 @@ __all__ = [
     "ApprovalConflict",
     "ApprovalDenied",
     "ApprovalExpired",
+    "ApprovalInProgress",
     "ApprovalNotFound",
     "AuthenticationFailed",
     "BrokerError",
@@ -121,6 +123,18 @@ class ApprovalExpired(AdapterError):
 
     title = "Approval expired"
     status = 410
+
+
+class ApprovalInProgress(AdapterError):
+    """The approved call's run started in another process and may still be going: ask later.
+
+    Not a timeout: nothing timed out. A host cannot tell that run from a dead one until its
+    tool's timeout has surely passed; a redelivery after that answers its outcome or runs it.
+    """
+
+    title = "Approved call in progress"
+    status = 409
+    retryable = True
 
 
 class TooManyPending(AdapterError):

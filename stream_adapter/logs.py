@@ -52,6 +52,8 @@ SAFE_FIELDS = frozenset(
         "event",
         "retry_in_s",
         "held_s",
+        "stuck_threads",
+        "max_threads",
         "client",
         "path",
         "servers",

@@ -150,7 +150,11 @@ def build_app(
         metrics, settings.web_host, settings.web_port, app.stuck_partitions, broker.status
     )
     app.add_service(server.start, server.stop)
-    loop_watch = LoopWatch(executor_codes(executor), stall_s=settings.loop_stall_s)
+    loop_watch = LoopWatch(
+        executor_codes(executor),
+        stall_s=settings.loop_stall_s,
+        session_timeout_s=settings.session_timeout_s,
+    )
 
     async def watch_loop() -> None:
         loop_watch.start()
