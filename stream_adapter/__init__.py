@@ -120,9 +120,12 @@ def __getattr__(name: str) -> Any:
         try:
             from stream_adapter.sqs_dead_letters import SqsDeadLetters
         except ModuleNotFoundError as exc:
-            raise ImportError(
-                "SqsDeadLetters needs the 'sqs' extra: pip install 'stream-adapter[sqs]'"
-            ) from exc
+            # A stand-in that raises the extra's ImportError when used, as the stores do, so
+            # `from stream_adapter import *` works without it.
+            from stream_adapter.stores import _needs_extra
+
+            stand_in = globals()[name] = _needs_extra(name, "sqs", exc)
+            return stand_in
         return SqsDeadLetters
     if name == "create_app":
         try:
