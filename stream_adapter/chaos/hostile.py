@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -87,6 +88,8 @@ class HostileFigures:
     final_lag: int
     duration_s: float
     examples: dict[str, list[str]] = field(default_factory=dict)
+    by_case: dict[str, int] = field(default_factory=dict)
+    """Stalls, lost calls, wrong answers and changed records per hostile case."""
 
     @property
     def passed(self) -> bool:
@@ -111,6 +114,8 @@ class Expect:
     message_id: str
     statuses: tuple[str, ...]
     kinds: tuple[str, ...] = ()
+    case: str = ""
+    """The hostile case it belongs to (`HostileFigures.by_case`)."""
     call_id: str | None = None
     """For calls that reuse ids: the answer is the call_id's `index`th (an answer from a
     record names the message that made it, not this one)."""
@@ -206,7 +211,8 @@ class HostileRun:
         index: int = 0,
     ) -> str:
         message_id = await self._send(value, key)
-        self.expects.append(Expect(what, message_id, tuple(expect), kinds, call_id, index))
+        case = what.split(":")[0]
+        self.expects.append(Expect(what, message_id, tuple(expect), kinds, case, call_id, index))
         return message_id
 
     def _answers_to(self, expect: Expect) -> list[dict[str, Any]]:
@@ -258,7 +264,7 @@ class HostileRun:
                 kinds: tuple[str, ...] = () if fits else ("ToolUsageError",)
                 value = sized_envelope(tool, size, rng, run_id, call_id)
                 message_id = await self._call(
-                    f"{tool} of {size} bytes", value, key, status, kinds=kinds
+                    f"sizes: {tool} of {size} bytes", value, key, status, kinds=kinds
                 )
                 if tool == "send_invoice" and fits:
                     sized_invoices.append((message_id, run_id))
@@ -281,7 +287,7 @@ class HostileRun:
                     "call_id": call_id,
                 }
                 await self._call(
-                    f"reused ids {i}",
+                    f"reused ids: {i}",
                     orjson.dumps(body),
                     key,
                     *expect,
@@ -306,16 +312,16 @@ class HostileRun:
         )
         echo_same = orjson.dumps({"tool": "echo", "arguments": {"flood": 1}})
         for n in range(self.options.flood):
-            await self._call("flood of identical invoices", same, flood_key, "pending_approval")
+            await self._call("floods: identical invoices", same, flood_key, "pending_approval")
             await self._call(
-                "flood of invoices with the same ids",
+                "floods: invoices with the same ids",
                 same_ids,
                 flood_key,
                 "pending_approval",
                 call_id=flood_call,
                 index=n,
             )
-            await self._call("flood of identical echoes", echo_same, flood_key, "ok")
+            await self._call("floods: identical echoes", echo_same, flood_key, "ok")
         await self._probe(flood_key)
 
         # Decisions: parked invoices to approve under another key, and to approve twice.
@@ -333,7 +339,12 @@ class HostileRun:
             approval_id = await self._pending(message_id, started)
             if approval_id is None:
                 self.expects.append(
-                    Expect(f"decided invoice {i}", message_id, ("pending_approval",))
+                    Expect(
+                        f"decisions: invoice {i}",
+                        message_id,
+                        ("pending_approval",),
+                        case="decisions",
+                    )
                 )
                 continue
             if i < self.options.rekeyed_decisions:
@@ -390,29 +401,37 @@ class HostileRun:
         outcome_ids: list[str],
     ) -> HostileFigures:
         lost, wrong, stalls, changed = [], [], [], []
+        by_case: Counter[str] = Counter()
         for e in self.expects:
             answers = self._answers_to(e)
             if not answers:
                 lost.append(f"{e.what} ({e.message_id})")
+                by_case[e.case] += 1
             elif not _right(answers, e):
                 got = [(a.get("status"), (a.get("error") or {}).get("kind")) for a in answers]
                 wrong.append(f"{e.what}: {got}")
+                by_case[e.case] += 1
         for approval_id in outcome_ids:
             reply = self._outcome(approval_id)
             if reply is None:
                 lost.append(f"outcome of {approval_id}")
+                by_case["sizes"] += 1
             elif reply["status"] == "error" and reply["error"].get("kind") != "RecordTooLarge":
                 wrong.append(f"outcome of {approval_id}: {reply['error'].get('kind')}")
+                by_case["sizes"] += 1
         for probe in self.probes:
             if [r.get("status") for r in self._answers(probe)] != ["ok"]:
                 stalls.append(probe)
+                by_case["probes"] += 1
         runs = ledger_counts(self.ledger)
         for approval_id, call_id in tampered:
             if runs[call_id] or self._outcome(approval_id) is not None:
                 changed.append(f"re-keyed decision ran {approval_id}")
+                by_case["re-keyed decisions"] += 1
         for call_id in replayed:
             if runs[call_id] != 1:
                 changed.append(f"replayed decision: {call_id} ran {runs[call_id]} times")
+                by_case["replayed decisions"] += 1
         return HostileFigures(
             guarantee=self.options.guarantee,
             messages=len(self.expects) + len(self.probes),
@@ -429,6 +448,7 @@ class HostileRun:
                 "wrong_answers": wrong[:5],
                 "records_changed": changed[:5],
             },
+            by_case=dict(by_case),
         )
 
 
