@@ -11,7 +11,13 @@ from stream_adapter.approvals import (
     parse_decision,
 )
 from stream_adapter.backend import Backend, build_backend
-from stream_adapter.envelope import MAX_ENVELOPE_BYTES, Envelope, parse_envelope
+from stream_adapter.envelope import (
+    MAX_ENVELOPE_BYTES,
+    MAX_RECORD_BYTES,
+    TOPIC_MAX_MESSAGE_BYTES,
+    Envelope,
+    parse_envelope,
+)
 from stream_adapter.errors import (
     AdapterError,
     ApprovalConflict,
@@ -50,6 +56,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_ENVELOPE_BYTES",
+    "MAX_RECORD_BYTES",
+    "TOPIC_MAX_MESSAGE_BYTES",
     "AdapterError",
     "ApprovalConflict",
     "ApprovalDenied",
