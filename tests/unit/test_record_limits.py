@@ -84,3 +84,46 @@ def test_an_outcome_too_large_is_kept_as_a_small_error() -> None:
     assert done.state is ApprovalState.DONE and done.reply is not None
     assert done.reply["error"]["kind"] == "RecordTooLarge"
     assert len(done.to_bytes()) < 10_000
+
+
+class _Recorder:
+    """Stands in for the engine's Sender: keeps what would be sent."""
+
+    exactly_once = False
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes, dict[str, bytes]]] = []
+
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]
+    ) -> None:
+        check_size(topic, key, value, headers)
+        self.sent.append((topic, key, value, dict(headers)))
+
+
+def _dead_letter(delivery: Delivery) -> tuple[str, bytes | None, bytes, dict[str, bytes]]:
+    from stream_adapter.stream.outputs import Outputs
+
+    recorder = _Recorder()
+    outputs = Outputs(recorder, replies="r", dlq="dlq", requests="q")  # type: ignore[arg-type]
+    asyncio.run(outputs.dead_letter(delivery, RecordTooLarge("too big"), attempts=1))
+    return recorder.sent[0]
+
+
+def test_a_dead_letter_copies_the_original_when_it_fits() -> None:
+    _, key, value, headers = _dead_letter(Delivery("tool-calls", 0, 5, b"k", b"{}"))
+    assert (key, value) == (b"k", b"{}") and "original" not in headers
+
+
+def test_a_dead_letter_too_large_to_copy_goes_by_reference() -> None:
+    big = Delivery("tool-calls", 1, 9, b"k" * 5000, b"v" * (MAX_RECORD_BYTES - 100))
+    _, key, value, headers = _dead_letter(big)
+    assert key is None and value == b""
+    assert headers["original"] == b"by-reference"
+    assert headers["original-bytes"] == str(MAX_RECORD_BYTES - 100).encode()
+    assert headers["source-offset"] == b"9" and headers["message-id"] == b"tool-calls:1:9"
+    reference = Delivery.from_json(
+        Delivery("tool-calls", 2, 3, b"k", b"x" * 10).to_json(value=False)
+    )
+    _, key, value, headers = _dead_letter(reference)
+    assert key == b"k" and value == b"" and headers["original-bytes"] == b"10"
