@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from stream_adapter.executor import MAX_RESULT_BYTES
 from stream_adapter.settings import Settings
 from tests.harness import Client, WorkerProcess, unique, wait_lag_zero
 
@@ -75,4 +76,33 @@ async def test_a_big_confirm_call_parks_and_its_partition_moves_on(
     )
     again = [r for r in reader.replies if r.get("run_id") == big_run][-1]
     assert again["status"] in ("error", "already_done"), again
+    await wait_lag_zero(worker.settings, timeout_s=60)
+
+
+@pytest.mark.parametrize("guarantee", sorted(GUARANTEES))
+async def test_the_largest_results_are_answered_or_kept_as_a_small_error(
+    guarantee: str, worker_factory: type[WorkerProcess], reader: Client
+) -> None:
+    worker = worker_factory(  # type: ignore[call-arg]
+        STREAM_ADAPTER_TOPOLOGY="tests.topologies.big", **GUARANTEES[guarantee]
+    )
+    await worker.ready()
+    key = unique("agent").encode()
+    plain, approved, behind = unique("run"), unique("run"), unique("run")
+    size = MAX_RESULT_BYTES - 64  # the largest result a tool may return
+    await reader.call("grow", {"size": size}, run_id=plain, call_id=unique("c"), key=key)
+    bulky = {"size": size, "pad": _incompressible(400_000)}
+    await reader.call("grow_approved", bulky, run_id=approved, call_id=unique("c"), key=key)
+    await reader.call("echo", {"text": "behind"}, run_id=behind, call_id=unique("c"), key=key)
+
+    # A reply of 1 MiB and its ids: over the broker's default limit, within the topics'.
+    answered = await reader.reply_for(run_id=plain, timeout_s=90)
+    assert answered["status"] == "ok" and len(answered["result"]) == size
+    assert (await reader.reply_for(run_id=behind, timeout_s=30))["status"] == "ok"
+
+    # Arguments and result together exceed an approvals record: a small error is kept.
+    pending = await reader.reply_for(run_id=approved, status="pending_approval", timeout_s=30)
+    await reader.decide(pending["approval_id"], True)
+    outcome = await reader.reply_for(run_id=approved, status="error", timeout_s=60)
+    assert outcome["error"]["kind"] == "RecordTooLarge"
     await wait_lag_zero(worker.settings, timeout_s=60)
