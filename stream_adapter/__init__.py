@@ -12,7 +12,13 @@ from stream_adapter.approvals import (
 )
 from stream_adapter.backend import Backend, build_backend
 from stream_adapter.dead_letters import DeadLetter, DeadLetters
-from stream_adapter.envelope import MAX_ENVELOPE_BYTES, Envelope, parse_envelope
+from stream_adapter.envelope import (
+    MAX_ENVELOPE_BYTES,
+    MAX_RECORD_BYTES,
+    TOPIC_MAX_MESSAGE_BYTES,
+    Envelope,
+    parse_envelope,
+)
 from stream_adapter.errors import (
     AdapterError,
     ApprovalConflict,
@@ -24,6 +30,7 @@ from stream_adapter.errors import (
     BrokerError,
     CodecUnavailable,
     NotAuthorized,
+    RecordTooLarge,
     TlsFailed,
     ToolFailed,
     ToolNotFound,
@@ -53,6 +60,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_ENVELOPE_BYTES",
+    "MAX_RECORD_BYTES",
+    "TOPIC_MAX_MESSAGE_BYTES",
     "AdapterError",
     "ApprovalConflict",
     "ApprovalDenied",
@@ -77,6 +86,7 @@ __all__ = [
     "LoopRunner",
     "MemoryApprovalStore",
     "NotAuthorized",
+    "RecordTooLarge",
     "RedisApprovalStore",
     "Reply",
     "Resolution",

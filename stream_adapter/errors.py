@@ -4,6 +4,7 @@
 
     AdapterError                 retryable? status
     ├── ToolUsageError           no   400 (422 for bad arguments)
+    │   └── RecordTooLarge       no   413 (a record to write exceeds MAX_RECORD_BYTES)
     ├── ToolNotFound             no   404
     ├── ApprovalNotFound         no   404
     ├── ApprovalDenied           no   403
@@ -35,6 +36,7 @@ __all__ = [
     "BrokerError",
     "CodecUnavailable",
     "NotAuthorized",
+    "RecordTooLarge",
     "TlsFailed",
     "TooManyPending",
     "ToolFailed",
@@ -88,6 +90,14 @@ class ToolUsageError(AdapterError):
 
     title = "Bad tool call"
     status = 400
+
+
+class RecordTooLarge(ToolUsageError):
+    """A record the adapter would write (a reply, an approval record, a request) is larger
+    than it may be; the call's fault, never retried."""
+
+    title = "Record too large"
+    status = 413
 
 
 class ToolNotFound(AdapterError):

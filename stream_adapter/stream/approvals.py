@@ -31,7 +31,6 @@ from stream_adapter.approvals import (
     denial,
     expire,
     expiry_due,
-    finish,
     give_up,
     log_expired,
     new_record,
@@ -43,15 +42,17 @@ from stream_adapter.approvals import (
     settled_reply,
     this_process,
 )
-from stream_adapter.envelope import Envelope
+from stream_adapter.envelope import MAX_RECORD_BYTES, Envelope
 from stream_adapter.errors import (
     AdapterError,
     ApprovalConflict,
     ApprovalNotFound,
+    RecordTooLarge,
     ToolNotFound,
     ToolUsageError,
 )
 from stream_adapter.pending import PendingCounts, TooManyPending
+from stream_adapter.record_limits import check_parkable, finish_within
 from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER, DecisionKeys, SignatureError
 from stream_adapter.stream.calls import PARK, RESUME, SWEEP
@@ -59,6 +60,9 @@ from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.engine import Delivery, DurableTable, Headers
 from stream_adapter.stream.faults import APPROVED_DONE, APPROVED_RAN, PARKED, RUNNING, crash_point
 from stream_adapter.stream.tracing import as_headers
+
+TABLE_RECORD_BYTES = MAX_RECORD_BYTES - 1024
+"""Largest approval record value: a changelog record is its approval_id key and this."""
 
 
 class ApprovalTable:
@@ -121,10 +125,17 @@ class ApprovalFlow:
         it waits for that run and answers with its outcome, never `unknown`."""
 
     async def process(self, delivery: Delivery) -> None:
-        """Bring one request or decision to its terminal, durable outcome."""
+        """Bring one request or decision to its terminal, durable outcome.
+
+        A record too large to write ends the message with a RecordTooLarge error reply and a
+        dead letter, never a retry that cannot succeed.
+        """
         if delivery.topic == self.ctx.settings.decisions_topic:
             with self._traced("decision", delivery.headers) as trace:
-                await self._decision(delivery, trace)
+                try:
+                    await self._decision(delivery, trace)
+                except RecordTooLarge as exc:
+                    await self.ctx.outputs.dead_letter(delivery, exc, attempts=1)
             return
         request = orjson.loads(delivery.value)
         kind = request["kind"]
@@ -133,10 +144,21 @@ class ApprovalFlow:
             return
         original = Delivery.from_json(request["delivery"])
         with self._traced(kind, as_headers(request.get("traceparent"))) as trace:
-            if kind == PARK:
-                await self._park(request, original, delivery.partition, trace)
-            elif kind == RESUME:
-                await self._resume(request, original, delivery.partition, trace)
+            try:
+                if kind == PARK:
+                    await self._park(request, original, delivery.partition, trace)
+                elif kind == RESUME:
+                    await self._resume(request, original, delivery.partition, trace)
+            except RecordTooLarge as exc:
+                await self.ctx.fail(
+                    original,
+                    exc,
+                    tool=request.get("tool"),
+                    run_id=request["run_id"],
+                    call_id=request["call_id"],
+                    approval_id=exc.approval_id or request.get("approval_id"),
+                    headers=trace,
+                )
 
     def _traced(
         self, name: str, headers: dict[str, bytes], **attributes: Any
@@ -161,6 +183,7 @@ class ApprovalFlow:
         fresh = new_record(envelope, request["tool"], origin=self.origin, agent_key=original.key)
         record = self.table.get(fresh.approval_id)
         if record is None:
+            check_parkable(fresh, TABLE_RECORD_BYTES)  # refused before it could ever run
             try:
                 self.table.pending.admit(
                     fresh.source, self.ctx.settings.max_pending_per_source, tool=fresh.tool
@@ -513,7 +536,9 @@ class ApprovalFlow:
             # Outside the transaction too: an abort must not take back an outcome the tool
             # produced, or the redone decision would find the call `running` and answer
             # `unknown` (or run an idempotent tool once more).
-            await self.table.put(finish(running, reply), partition, now=True)
+            done = finish_within(running, reply, TABLE_RECORD_BYTES)
+            reply = done.reply or reply
+            await self.table.put(done, partition, now=True)
         finally:
             del self._running[record.approval_id]
             over.set()

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from stream_adapter.stream.engine.commits.transactions import TransactionGuard
-from stream_adapter.stream.engine.producer import Sender
+from stream_adapter.stream.engine.producer import Sender, acked, check_size
 
 
 class DurableTable:
@@ -54,13 +54,14 @@ class DurableTable:
         None) is acknowledged by the broker.
 
         Exactly once the entry joins the current message's transaction, except with `now`.
+        RecordTooLarge, nothing written, for a record above MAX_RECORD_BYTES.
         """
-        if not self._sender.exactly_once:
-            await self._acked(
-                key, value, partition, self._table.send_changelog(partition, key, value)
-            )
-            return
         topic = self._table.changelog_topic.get_topic_name()
+        check_size(topic, key, value)
+        if not self._sender.exactly_once:
+            sent = acked(self._table.send_changelog(partition, key, value), topic)
+            await self._acked(key, value, partition, sent)
+            return
         if now:
             for writes in self._staged.values():
                 writes.pop(key, None)
