@@ -40,7 +40,7 @@ from .load import CallSender, producer_for
 from .observe import ReplyReader, settle_lag
 from .report import ledger_counts
 
-HOSTILE_KEYS = "hostile-1:hostile-secret-one"
+HOSTILE_KEYS = "hostile-1:hostile-secret-one-long-enough-for-the-check"
 PARTITIONS = 4
 LIMIT_SIZES = (
     1_000,
