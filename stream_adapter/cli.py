@@ -67,6 +67,10 @@ LAZY = {
         "stream_adapter.chaos.commands:fuzz",
         "Malformed calls and decisions among valid ones; exit 1 unless each got its answer.",
     ),
+    "mcp": Lazy(
+        "stream_adapter.ops.mcp:mcp",
+        "Serve the topology's tools to MCP clients; each call goes to the worker over Kafka.",
+    ),
     "review": Lazy(
         "stream_adapter.review.commands:review",
         "Run the review web service (page and JSON API) until SIGTERM or Ctrl-C.",

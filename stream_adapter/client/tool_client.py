@@ -173,6 +173,7 @@ class ToolClient:
         run_id: str | None = None,
         call_id: str | None = None,
         key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
         timeout_s: float | None = None,
         on_pending: OnReply | None = None,
         on_reply: OnReply | None = None,
@@ -185,7 +186,9 @@ class ToolClient:
         a reviewer). Cancelling stops the wait, not the call: a produced call cannot be
         unsent.
         """
-        handle = await self.send(tool, arguments, run_id=run_id, call_id=call_id, key=key)
+        handle = await self.send(
+            tool, arguments, run_id=run_id, call_id=call_id, key=key, headers=headers
+        )
         try:
             if on_sent is not None:
                 on_sent(handle.sent)
