@@ -189,3 +189,20 @@ def test_the_sync_client(eo_settings: Settings, eo_worker: None, tmp_path: Path)
             )
         assert pending and pending[0]["status"] == "pending_approval"
         assert late.value.sent.tool == "send_invoice"
+
+
+async def test_an_openai_style_tool_loop_gets_a_tool_message_per_call(tools: ToolClient) -> None:
+    from examples.agent_loop import answer_tool_calls
+
+    tool_calls = [
+        {
+            "id": "call_a",
+            "type": "function",
+            "function": {"name": "add", "arguments": '{"a":1,"b":2}'},
+        },
+        {"id": "call_b", "type": "function", "function": {"name": "boom", "arguments": "{}"}},
+    ]
+    messages = await answer_tool_calls(tools, tool_calls, run_id=unique("run"))
+    assert messages[0] == {"role": "tool", "tool_call_id": "call_a", "content": "3"}
+    assert messages[1]["tool_call_id"] == "call_b"
+    assert '"kind": "ToolFailed"' in messages[1]["content"]
