@@ -4,6 +4,7 @@ streamable HTTP, against a real broker, worker and review service."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -203,3 +204,54 @@ async def test_http_needs_a_callers_bearer_token(stack: Stack) -> None:
             async with http.post(stack.http.url, json={}, headers=headers) as response:
                 assert response.status == 401
                 assert response.headers["WWW-Authenticate"] == "Bearer"
+
+
+async def approve_pending_of(api: Api, caller: str, stop: asyncio.Event) -> list[str]:
+    """Approve, through the review API, every pending approval whose run is caller's."""
+    approved: list[str] = []
+    while not stop.is_set():
+        status, body = await api.request("GET", "/api/approvals?state=pending")
+        assert status == 200, body
+        for record in body["approvals"]:
+            if record["run_id"].startswith(f"mcp:{caller}:"):
+                path = f"/api/approvals/{record['approval_id']}/decision"
+                done, _ = await api.request("POST", path, json={"approved": True})
+                if done == 200:
+                    approved.append(record["approval_id"])
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.2)
+    return approved
+
+
+async def test_pydantic_ai_agent_completes_a_run_through_the_mcp_server(
+    stack: Stack, review_api: Api
+) -> None:
+    """pydantic-ai's own MCP client (FastMCP over streamable HTTP), driven by TestModel,
+    which calls every tool it is given: one plain, one that needs a reviewer."""
+    from fastmcp.client import Client as FastMCPClient
+    from fastmcp.client.transports import StreamableHttpTransport
+    from pydantic_ai import Agent
+    from pydantic_ai.mcp import MCPToolset
+    from pydantic_ai.models.test import TestModel
+
+    headers = {"Authorization": f"Bearer {stack.caller_token}"}
+    toolset = MCPToolset(FastMCPClient(StreamableHttpTransport(stack.http.url, headers=headers)))
+    model = TestModel(call_tools=["add", "send_invoice"])
+    agent = Agent(model, toolsets=[toolset])
+    stop = asyncio.Event()
+    approver = asyncio.create_task(approve_pending_of(review_api, "alice", stop))
+    try:
+        async with agent:
+            result = await asyncio.wait_for(agent.run("add, then invoice"), 120)
+    finally:
+        stop.set()
+    approved = await approver
+    assert len(approved) == 1
+    returns = {
+        part.tool_name: part.content
+        for message in result.all_messages()
+        for part in message.parts
+        if part.part_kind == "tool-return"
+    }
+    assert set(returns) == {"add", "send_invoice"}
+    assert returns == {"add": 0, "send_invoice": {"invoiced": "a", "amount_cents": 0}}
