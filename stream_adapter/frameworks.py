@@ -47,7 +47,11 @@ _CONFIRM_NOTE = "Each call waits until a person approves it; a denied call fails
 
 
 def arguments_schema(tool: Tool) -> dict[str, Any]:
-    """The JSON schema of the tool's arguments, by their real names."""
+    """The JSON schema of the tool's arguments, by their real names (a function taking
+    `**arguments` may declare its schema as its `input_schema` attribute, as MCP tools do)."""
+    declared = getattr(tool.fn, "input_schema", None)
+    if tool.takes_anything and isinstance(declared, dict):
+        return dict(declared)
     if tool.takes_anything:
         return {"type": "object", "additionalProperties": True}
     schema = tool.args_model.model_json_schema(by_alias=True)
