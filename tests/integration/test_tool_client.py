@@ -206,3 +206,13 @@ async def test_an_openai_style_tool_loop_gets_a_tool_message_per_call(tools: Too
     assert messages[0] == {"role": "tool", "tool_call_id": "call_a", "content": "3"}
     assert messages[1]["tool_call_id"] == "call_b"
     assert '"kind": "ToolFailed"' in messages[1]["content"]
+
+
+async def test_a_missing_replies_topic_is_one_clear_error_before_anything_is_sent(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    from stream_adapter.commands.exits import TopicMissing
+
+    settings = make_settings(kafka_bootstrap, tmp_path)  # its topics were never created
+    with pytest.raises(TopicMissing, match="replies"):
+        await ToolClient(settings).start()
