@@ -98,6 +98,9 @@ async def test_a_thousand_concurrent_calls_over_fifty_runs_read_only_their_parti
     assert [(r["run_id"], r["result"]) for r in replies] == [(r, {"n": n}) for r, n in calls]
     assert len({r["call_id"] for r in replies}) == 1000
     assert tools.reader.assigned == frozenset(mine)
+    consumer = tools._consumer
+    assert consumer is not None and {tp.partition for tp in consumer.assignment()} == mine
+    assert consumer._group_id is None  # assigned, never subscribed in a group
     assert tools.reader.assigned != frozenset(range(PARTITIONS))
 
 
