@@ -170,6 +170,8 @@ def mcp(
     if transport == "http" and not callers_file:
         raise click.UsageError("--transport http needs --callers-file (bearer tokens)")
     configure_logging(settings.log_level, settings.log_format)
+    if settings.log_level != "debug":  # aiokafka logs each reply partition taken or let go
+        logging.getLogger("aiokafka").setLevel(logging.WARNING)
     review = review_url or default_review_url(settings)
     review = review if review.endswith("/") else review + "/"
     asyncio.run(
