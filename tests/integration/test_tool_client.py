@@ -219,3 +219,25 @@ async def test_a_missing_replies_topic_is_one_clear_error_before_anything_is_sen
     settings = make_settings(kafka_bootstrap, tmp_path)  # its topics were never created
     with pytest.raises(TopicMissing, match="replies"):
         await ToolClient(settings).start()
+
+
+async def test_following_an_earlier_call_reads_back_without_disturbing_calls_in_flight(
+    tools: ToolClient,
+) -> None:
+    """follow seeks its partition back while other calls wait on the same partition: each
+    gets its own reply once, and the followed call its final one."""
+    run_ids = run_ids_on({3}, 21)
+    earlier = await tools.send("echo", {"first": True}, run_id=run_ids[0])
+    first = await earlier.result(timeout_s=60)
+    earlier.close()
+    calls = [
+        asyncio.create_task(tools.call("echo", {"n": n}, run_id=run_ids[1 + n % 20], timeout_s=60))
+        for n in range(200)
+    ]
+    followed = []
+    for _ in range(5):  # seek back again and again while the calls are in flight
+        async with await tools.follow(earlier.sent) as handle:
+            followed.append(await handle.result(timeout_s=60))
+    replies = await asyncio.gather(*calls)
+    assert [r["result"] for r in replies] == [{"n": n} for n in range(200)]
+    assert followed == [first] * 5
