@@ -207,7 +207,9 @@ class ReplyReader:
     def _hand_over(self, partition: int, offset: int, value: bytes | None) -> None:
         if partition not in self._next:
             return
-        self._next[partition] = max(self._next[partition], offset + 1)
+        # aiokafka returns only records at the position it reads from (after a seek back, the
+        # earlier ones again), so the next offset is this record's successor.
+        self._next[partition] = offset + 1
         if value is None:
             return
         try:

@@ -238,6 +238,17 @@ async def test_following_an_earlier_call_reads_back_without_disturbing_calls_in_
     for _ in range(5):  # seek back again and again while the calls are in flight
         async with await tools.follow(earlier.sent) as handle:
             followed.append(await handle.result(timeout_s=60))
+
+    async def follow_once() -> Reply:
+        async with await tools.follow(earlier.sent) as handle:
+            return await handle.result(timeout_s=60)
+
+    # Follows overlapping each other and calls that take new partitions (each a new seek of
+    # every partition) while the first follows still read back.
+    others = run_ids_on({0, 2, 4, 5, 7}, 5)
+    more = [tools.call("echo", {"m": m}, run_id=others[m], timeout_s=60) for m in range(5)]
+    together = await asyncio.gather(*(follow_once() for _ in range(5)), *more)
     replies = await asyncio.gather(*calls)
     assert [r["result"] for r in replies] == [{"n": n} for n in range(200)]
-    assert followed == [first] * 5
+    assert followed == [first] * 5 and together[:5] == [first] * 5
+    assert [r["result"] for r in together[5:]] == [{"m": m} for m in range(5)]
