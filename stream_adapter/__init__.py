@@ -41,9 +41,14 @@ from stream_adapter.errors import (
     problem,
 )
 from stream_adapter.executor import Executor
+from stream_adapter.frameworks import (
+    envelope_from_tool_call,
+    tool_definitions,
+    tool_result_message,
+)
 from stream_adapter.handler import handle_envelope, record_decision, resolve_outcome
 from stream_adapter.logs import configure_logging
-from stream_adapter.replies import Reply
+from stream_adapter.replies import Reply, is_final, reply_error
 from stream_adapter.runners import LoopLocal, LoopRunner, Runner, RunSync, run_sync
 from stream_adapter.serverless import tool_handler
 from stream_adapter.stores import MemoryApprovalStore, SQLiteApprovalStore
@@ -108,15 +113,20 @@ __all__ = [
     "configure_logging",
     "create_app",
     "current_call",
+    "envelope_from_tool_call",
     "error_reply",
     "handle_envelope",
+    "is_final",
     "parse_decision",
     "parse_envelope",
     "problem",
     "record_decision",
+    "reply_error",
     "resolve_outcome",
     "run_sync",
+    "tool_definitions",
     "tool_handler",
+    "tool_result_message",
 ]
 
 

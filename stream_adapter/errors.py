@@ -57,6 +57,8 @@ class AdapterError(Exception):
     title: ClassVar[str] = "Adapter error"
     status: int = 500
     retryable: bool = False
+    reply: dict[str, Any] | None = None
+    """The `error` reply this error was read from (`replies.reply_error`), else None."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
