@@ -7,6 +7,7 @@ EventBridge rule, an MSK trigger or direct invokes. The approval store must be s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,8 +17,14 @@ from stream_adapter import tool_handler as _tool_handler
 
 __all__ = ["handler", "review", "tool_function"]
 
-# Built once per container at import; warm invocations reuse it and the shared loop.
-handler = _tool_handler(executor(), tools=TOOLS, timeout=30)
+# Built once per container at import; warm invocations reuse it and the shared loop. Poison
+# messages go to the dead-letter queue (its URL in the function's environment), not back.
+handler = _tool_handler(
+    executor(),
+    tools=TOOLS,
+    timeout=30,
+    dead_letters=os.environ.get("STREAM_ADAPTER_SQS_DEAD_LETTER_QUEUE_URL") or None,
+)
 
 
 def review(

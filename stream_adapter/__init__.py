@@ -11,29 +11,44 @@ from stream_adapter.approvals import (
     parse_decision,
 )
 from stream_adapter.backend import Backend, build_backend
-from stream_adapter.envelope import MAX_ENVELOPE_BYTES, Envelope, parse_envelope
+from stream_adapter.dead_letters import DeadLetter, DeadLetters
+from stream_adapter.envelope import (
+    MAX_ENVELOPE_BYTES,
+    MAX_RECORD_BYTES,
+    TOPIC_MAX_MESSAGE_BYTES,
+    Envelope,
+    parse_envelope,
+)
 from stream_adapter.errors import (
     AdapterError,
     ApprovalConflict,
     ApprovalDenied,
     ApprovalExpired,
+    ApprovalInProgress,
     ApprovalNotFound,
     AuthenticationFailed,
     BrokerError,
     CodecUnavailable,
     NotAuthorized,
+    RecordTooLarge,
     TlsFailed,
     ToolFailed,
     ToolNotFound,
     ToolTimeout,
     ToolUsageError,
+    TooManyPending,
     error_reply,
     problem,
 )
 from stream_adapter.executor import Executor
+from stream_adapter.frameworks import (
+    envelope_from_tool_call,
+    tool_definitions,
+    tool_result_message,
+)
 from stream_adapter.handler import handle_envelope, record_decision, resolve_outcome
 from stream_adapter.logs import configure_logging
-from stream_adapter.replies import Reply
+from stream_adapter.replies import Reply, is_final, reply_error
 from stream_adapter.runners import LoopLocal, LoopRunner, Runner, RunSync, run_sync
 from stream_adapter.serverless import tool_handler
 from stream_adapter.stores import MemoryApprovalStore, SQLiteApprovalStore
@@ -41,6 +56,7 @@ from stream_adapter.tools import CallContext, Tool, ToolNames, ToolRegistry, cur
 
 if TYPE_CHECKING:
     from stream_adapter.http import create_app
+    from stream_adapter.sqs_dead_letters import SqsDeadLetters
     from stream_adapter.stores import (
         DynamoDBApprovalStore,
         RedisApprovalStore,
@@ -49,10 +65,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_ENVELOPE_BYTES",
+    "MAX_RECORD_BYTES",
+    "TOPIC_MAX_MESSAGE_BYTES",
     "AdapterError",
     "ApprovalConflict",
     "ApprovalDenied",
     "ApprovalExpired",
+    "ApprovalInProgress",
     "ApprovalNotFound",
     "ApprovalRecord",
     "ApprovalState",
@@ -62,6 +81,8 @@ __all__ = [
     "BrokerError",
     "CallContext",
     "CodecUnavailable",
+    "DeadLetter",
+    "DeadLetters",
     "Decision",
     "DynamoDBApprovalStore",
     "Envelope",
@@ -70,6 +91,7 @@ __all__ = [
     "LoopRunner",
     "MemoryApprovalStore",
     "NotAuthorized",
+    "RecordTooLarge",
     "RedisApprovalStore",
     "Reply",
     "Resolution",
@@ -77,7 +99,9 @@ __all__ = [
     "Runner",
     "SQLApprovalStore",
     "SQLiteApprovalStore",
+    "SqsDeadLetters",
     "TlsFailed",
+    "TooManyPending",
     "Tool",
     "ToolFailed",
     "ToolNames",
@@ -89,15 +113,20 @@ __all__ = [
     "configure_logging",
     "create_app",
     "current_call",
+    "envelope_from_tool_call",
     "error_reply",
     "handle_envelope",
+    "is_final",
     "parse_decision",
     "parse_envelope",
     "problem",
     "record_decision",
+    "reply_error",
     "resolve_outcome",
     "run_sync",
+    "tool_definitions",
     "tool_handler",
+    "tool_result_message",
 ]
 
 
@@ -107,6 +136,17 @@ def __getattr__(name: str) -> Any:
         from stream_adapter import stores
 
         return getattr(stores, name)
+    if name == "SqsDeadLetters":
+        try:
+            from stream_adapter.sqs_dead_letters import SqsDeadLetters
+        except ModuleNotFoundError as exc:
+            # A stand-in that raises the extra's ImportError when used, as the stores do, so
+            # `from stream_adapter import *` works without it.
+            from stream_adapter.stores import _needs_extra
+
+            stand_in = globals()[name] = _needs_extra(name, "sqs", exc)
+            return stand_in
+        return SqsDeadLetters
     if name == "create_app":
         try:
             from stream_adapter.http import create_app

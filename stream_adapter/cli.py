@@ -8,7 +8,6 @@ Failures print one `Error:` line and exit with the code of their kind (commands/
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,6 +65,10 @@ LAZY = {
     "fuzz": Lazy(
         "stream_adapter.chaos.commands:fuzz",
         "Malformed calls and decisions among valid ones; exit 1 unless each got its answer.",
+    ),
+    "mcp": Lazy(
+        "stream_adapter.ops.mcp:mcp",
+        "Serve the topology's tools to MCP clients; each call goes to the worker over Kafka.",
     ),
     "review": Lazy(
         "stream_adapter.review.commands:review",
@@ -390,7 +393,7 @@ def load_topology(settings: Settings) -> Any:
     """Import the settings' topology module (which reads the settings from the environment)."""
     import importlib
 
-    os.environ.update(settings.to_env())
+    settings.export()  # secrets stay out of os.environ, where tools would inherit them
     try:
         return importlib.import_module(settings.topology)
     except ImportError as exc:
@@ -429,14 +432,30 @@ TOOL_COLUMNS = (
 
 @cli.command()
 @_json_option
+@click.option(
+    "--format",
+    "framework",
+    type=click.Choice(["openai", "anthropic", "mcp"]),
+    help="Print the tool definitions an agent framework takes (JSON), instead of the table.",
+)
 @pass_settings
-def tools(settings: Settings, as_json: bool) -> None:
+def tools(settings: Settings, as_json: bool, framework: str | None) -> None:
     """List the topology's tools: description, arguments, confirm, timeout and retries.
 
-    --json gives each argument's JSON schema.
+    --json gives each argument's JSON schema; --format openai|anthropic|mcp prints the
+    framework's own tool definitions.
     """
-    from stream_adapter.commands.tools import describe_tools
+    from stream_adapter.commands.tools import describe_tools, topology_tools
 
+    if framework is not None:
+        import json
+
+        from stream_adapter.frameworks import Format, tool_definitions
+
+        kind: Format = framework  # type: ignore[assignment]  # click.Choice checked it
+        definitions = tool_definitions(topology_tools(load_topology(settings)), kind)
+        click.echo(json.dumps(definitions, indent=2, ensure_ascii=False))
+        return
     rows = describe_tools(load_topology(settings), settings)
     emit(rows, TOOL_COLUMNS, as_json=as_json)
     note(f"{len(rows)} tool(s) in {settings.topology}")

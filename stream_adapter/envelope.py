@@ -18,10 +18,26 @@ from stream_adapter.ids import (
     fresh_id,
 )
 
-__all__ = ["MAX_ENVELOPE_BYTES", "MAX_ID_CHARS", "Envelope", "parse_envelope"]
+__all__ = [
+    "MAX_ENVELOPE_BYTES",
+    "MAX_ID_CHARS",
+    "MAX_RECORD_BYTES",
+    "TOPIC_MAX_MESSAGE_BYTES",
+    "Envelope",
+    "parse_envelope",
+]
 
 MAX_ENVELOPE_BYTES = 1 << 20
 """A larger payload is refused before it is parsed."""
+
+MAX_RECORD_BYTES = MAX_ENVELOPE_BYTES + (256 << 10)
+"""Largest record the worker writes (key, value and headers): a reply, approval record or
+request carrying a call at MAX_ENVELOPE_BYTES, and the ids and headers around it. A larger
+one is never sent: it becomes a small `RecordTooLarge` error instead."""
+
+TOPIC_MAX_MESSAGE_BYTES = MAX_RECORD_BYTES + (16 << 10)
+"""`max.message.bytes` of the topics the adapter creates: a record of MAX_RECORD_BYTES in its
+batch's framing, so the broker never refuses what the worker checked."""
 
 MAX_ID_CHARS = 256
 """Longest tool name or id accepted (they become Kafka keys and log fields)."""

@@ -4,11 +4,14 @@
 
     AdapterError                 retryable? status
     ├── ToolUsageError           no   400 (422 for bad arguments)
+    │   └── RecordTooLarge       no   413 (a record to write exceeds MAX_RECORD_BYTES)
     ├── ToolNotFound             no   404
     ├── ApprovalNotFound         no   404
     ├── ApprovalDenied           no   403
     ├── ApprovalConflict         no   409 (a decision or transition on a settled record)
     ├── ApprovalExpired          no   410 (nobody decided in time: PENDING_EXPIRY_S)
+    ├── ApprovalInProgress       yes  409 (its approved run may still be going elsewhere)
+    ├── TooManyPending           yes  429 (the source has MAX_PENDING_PER_SOURCE waiting)
     ├── ToolTimeout              yes  504
     ├── ToolFailed               the tool says (500, or the tool's own status)
     └── BrokerError              yes  503 (the broker cannot be reached, started or set up)
@@ -27,12 +30,15 @@ __all__ = [
     "ApprovalConflict",
     "ApprovalDenied",
     "ApprovalExpired",
+    "ApprovalInProgress",
     "ApprovalNotFound",
     "AuthenticationFailed",
     "BrokerError",
     "CodecUnavailable",
     "NotAuthorized",
+    "RecordTooLarge",
     "TlsFailed",
+    "TooManyPending",
     "ToolFailed",
     "ToolNotFound",
     "ToolTimeout",
@@ -51,6 +57,8 @@ class AdapterError(Exception):
     title: ClassVar[str] = "Adapter error"
     status: int = 500
     retryable: bool = False
+    reply: dict[str, Any] | None = None
+    """The `error` reply this error was read from (`replies.reply_error`), else None."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -86,6 +94,14 @@ class ToolUsageError(AdapterError):
     status = 400
 
 
+class RecordTooLarge(ToolUsageError):
+    """A record the adapter would write (a reply, an approval record, a request) is larger
+    than it may be; the call's fault, never retried."""
+
+    title = "Record too large"
+    status = 413
+
+
 class ToolNotFound(AdapterError):
     """The tool is unknown or outside the allow-list; both read the same."""
 
@@ -119,6 +135,26 @@ class ApprovalExpired(AdapterError):
 
     title = "Approval expired"
     status = 410
+
+
+class ApprovalInProgress(AdapterError):
+    """The approved call's run started in another process and may still be going: ask later.
+
+    Not a timeout: nothing timed out. A host cannot tell that run from a dead one until its
+    tool's timeout has surely passed; a redelivery after that answers its outcome or runs it.
+    """
+
+    title = "Approved call in progress"
+    status = 409
+    retryable = True
+
+
+class TooManyPending(AdapterError):
+    """The call's source has MAX_PENDING_PER_SOURCE approvals waiting: decide some, retry."""
+
+    title = "Too many pending approvals"
+    status = 429
+    retryable = True
 
 
 class ToolTimeout(AdapterError):

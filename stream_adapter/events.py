@@ -42,11 +42,14 @@ class EventKind(StrEnum):
 
 @dataclass(frozen=True)
 class Message:
-    """One delivered message: its delivery id, its body, and its ordering group."""
+    """One delivered message: its delivery id, its body, its ordering group, how often it was
+    delivered (SQS's ApproximateReceiveCount) and the queue it came from (its ARN)."""
 
     message_id: str
     body: bytes | str | Mapping[str, Any]
     group: str = ""
+    attempts: int = 1
+    source_arn: str = ""
 
 
 def event_kind(event: Any) -> EventKind:
@@ -92,6 +95,13 @@ def optional_id(value: Any) -> str:
     return ""
 
 
+def _count(value: Any) -> int:
+    """A receive count as SQS sends it (digits as text); 1 when missing or odd."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
+        return max(1, int(value))
+    return 1
+
+
 def sqs_messages(event: Mapping[str, Any]) -> list[Message]:
     """The messages of an SQS batch in order; ToolUsageError when a record cannot be named.
 
@@ -105,9 +115,19 @@ def sqs_messages(event: Mapping[str, Any]) -> list[Message]:
             raise ToolUsageError("SQS record is not an object")
         message_id = _text(record, "messageId", "SQS record")
         body = record.get("body")
-        group = _mapping(record.get("attributes")).get("MessageGroupId")
+        attributes = _mapping(record.get("attributes"))
+        group = attributes.get("MessageGroupId")
         group = group if isinstance(group, str) else ""
-        messages.append(Message(message_id, body if isinstance(body, str) else "", group))
+        arn = record.get("eventSourceARN")
+        messages.append(
+            Message(
+                message_id,
+                body if isinstance(body, str) else "",
+                group,
+                _count(attributes.get("ApproximateReceiveCount")),
+                arn if isinstance(arn, str) else "",
+            )
+        )
     return messages
 
 

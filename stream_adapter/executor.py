@@ -6,7 +6,6 @@ import asyncio
 import contextvars
 import functools
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -14,6 +13,8 @@ import orjson
 from stream_adapter import logs
 from stream_adapter._json import MAX_DEPTH, SHALLOW_BYTES, JSONError, check_value
 from stream_adapter.errors import AdapterError, ToolFailed, ToolNotFound, ToolTimeout
+from stream_adapter.live_runs import LiveRuns
+from stream_adapter.tool_threads import ToolThreads
 from stream_adapter.tools import (
     CallContext,
     Tool,
@@ -37,7 +38,9 @@ class Executor:
     """Runs tools from a registry; `store` holds approvals for hosts without Kafka tables.
 
     `tools` is an allow-list applied to every call; `origin` names who owns the records
-    this executor parks. Sync tools run on a private thread pool of `max_threads`.
+    this executor parks. Sync tools run on a private thread pool of `max_threads`; a tool
+    with `max_stuck_threads` runs still going past its timeout (default: a quarter of the
+    pool) is refused new ones until one returns (tool_threads.py).
     """
 
     def __init__(
@@ -48,13 +51,15 @@ class Executor:
         origin: str = "queue",
         tools: ToolNames | None = None,
         max_threads: int = 32,
+        max_stuck_threads: int | None = None,
     ) -> None:
         self.registry = registry
         self.store = store
         self.origin = origin
         self.tools = allow_list(tools)
-        self._max_threads = max_threads
-        self._pool: ThreadPoolExecutor | None = None
+        self.threads = ToolThreads(max_threads, max_stuck_threads)
+        self.live_runs = LiveRuns()
+        """Approved runs in progress here: a resume of one waits for it (handler.py)."""
 
     def resolve(self, name: str, tools: ToolNames | None = None) -> Tool:
         """The tool called name if every allow-list admits it; ToolNotFound reads the same.
@@ -147,16 +152,14 @@ class Executor:
 
     async def _in_thread(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
         """Run a sync tool on the pool; past the timeout its result is discarded."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self._max_threads, thread_name_prefix="sa-tool")
         call = functools.partial(contextvars.copy_context().run, tool.fn, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+        ctx = _current.get(None)
+        ids = {"run_id": ctx.run_id, "call_id": ctx.call_id} if ctx is not None else {}
+        return await self.threads.run(tool.name, call, **ids)
 
     def close(self) -> None:
         """Release the thread pool without waiting for tools stuck past their timeout."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        self.threads.close()
 
 
 def _cancelled(exc: BaseException) -> bool:

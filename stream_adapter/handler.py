@@ -26,10 +26,10 @@ from stream_adapter.envelope import Envelope, parse_envelope
 from stream_adapter.errors import (
     AdapterError,
     ApprovalConflict,
+    ApprovalInProgress,
     ApprovalNotFound,
     ToolFailed,
     ToolNotFound,
-    ToolTimeout,
     ToolUsageError,
     error_reply,
 )
@@ -126,7 +126,10 @@ async def _answer(
     tools: ToolNames | None = None,
 ) -> Reply:
     """The reply for record's state; an approved record is claimed and run at most once, and
-    a run that died is run again only for an idempotent tool."""
+    a run that died is run again only for an idempotent tool. A resume meeting a run live in
+    this process waits for it and answers its outcome."""
+    if record.state in (ApprovalState.APPROVED, ApprovalState.RUNNING):
+        record = await _after_live_run(executor, record)
     if record.state is ApprovalState.RUNNING and tool is None:
         tool = _tool_or_none(executor, record.tool, tools)
     idempotent = tool is not None and tool.idempotent
@@ -137,8 +140,8 @@ async def _answer(
     if step is Step.EXPIRED:
         raise expiry(record)
     if step is Step.BUSY:
-        raise ToolTimeout(
-            "the approved call may still be running elsewhere; deliver it again later",
+        raise ApprovalInProgress(
+            "the approved call may still be running in another process; deliver it again later",
             tool=record.tool,
             run_id=record.run_id,
             call_id=record.call_id,
@@ -162,15 +165,28 @@ async def _answer(
         return settled_reply(record)
     tool = tool or executor.resolve(record.tool, tools)
     store = _store(executor, tool.name)
-    # Within a host's time budget, a run that cannot finish in time is not started at all.
-    with reserve(tool.timeout_s, tool=tool.name, approval_id=record.approval_id):
-        if step is Step.RUN:
-            record, won = await store.claim(record.approval_id)
-        else:
-            record, won = await store.reclaim(record.approval_id, rerun_after_s=rerun_after_s)
-        if won:
-            return await _run_claimed(executor, store, tool, record)
+    if not executor.live_runs.start(record.approval_id):
+        # Another resume here took the slot since this one looked: wait for it.
+        return await _answer(executor, record, tool=tool, tools=tools)
+    try:
+        # Within a host's time budget, a run that cannot finish in time is not started at all.
+        with reserve(tool.timeout_s, tool=tool.name, approval_id=record.approval_id):
+            if step is Step.RUN:
+                record, won = await store.claim(record.approval_id)
+            else:
+                record, won = await store.reclaim(record.approval_id, rerun_after_s=rerun_after_s)
+            if won:
+                return await _run_claimed(executor, store, tool, record)
+    finally:
+        executor.live_runs.end(record.approval_id)
     return await _answer(executor, record, tool=tool, tools=tools)
+
+
+async def _after_live_run(executor: Executor, record: ApprovalRecord) -> ApprovalRecord:
+    """record, or, when a resume in this process held its run, the record once that is over."""
+    if not await executor.live_runs.wait(record.approval_id):
+        return record
+    return await _store(executor, record.tool).get(record.approval_id) or record
 
 
 async def _run_claimed(
@@ -199,8 +215,9 @@ def rerun_after(tool: Tool | None) -> float:
     """How old a run of tool must be before a host takes it for dead and runs it again.
 
     A host cannot tell a dead run from one still going in another process, so it waits until
-    the run is surely past its timeout; until then a redelivery fails retryably (ToolTimeout)
-    and the queue delivers it again later.
+    the run is surely past its timeout; until then a redelivery fails retryably
+    (ApprovalInProgress) and the queue delivers it again later. A run in this same process is
+    known live: a resume waits for it instead (live_runs.py).
     """
     if tool is None or tool.timeout_s is None:
         return RERUN_AFTER_DEFAULT_S
@@ -258,6 +275,7 @@ async def record_decision(
                 "later decision ignored",
                 approval_id=approval_id,
                 error_kind=exc.kind,
+                reviewer=reviewer,
             )
         return error_reply(exc)
     except ValueError:
@@ -307,7 +325,11 @@ async def resolve_outcome(
     except (ApprovalNotFound, ApprovalConflict, ToolUsageError) as exc:
         if isinstance(exc, ApprovalConflict):
             logs.event(
-                logs.WARNING, "resolution refused", approval_id=approval_id, error_kind=exc.kind
+                logs.WARNING,
+                "resolution refused",
+                approval_id=approval_id,
+                error_kind=exc.kind,
+                reviewer=reviewer,
             )
         return error_reply(exc)
     except ValueError:

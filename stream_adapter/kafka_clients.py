@@ -26,11 +26,13 @@ from stream_adapter.errors import (
     AuthenticationFailed,
     BrokerError,
     NotAuthorized,
+    RecordTooLarge,
     TlsFailed,
 )
 from stream_adapter.settings import Settings
 
 __all__ = [
+    "SIZE_ERRORS",
     "admin",
     "check_connection",
     "client_options",
@@ -51,6 +53,14 @@ _AUTHORIZATION_ERRORS: dict[type[Exception], str] = {
     kafka_errors.ClusterAuthorizationFailedError: "the cluster",
     kafka_errors.TransactionalIdAuthorizationFailed: "the transactional id",
 }
+
+SIZE_ERRORS: tuple[type[Exception], ...] = (
+    kafka_errors.MessageSizeTooLargeError,
+    kafka_errors.RecordTooLargeError,
+    kafka_errors.RecordListTooLargeError,
+)
+"""A record (or batch) too large for the producer's max_request_size or the topic's
+max.message.bytes: the record's fault, so retrying it can never succeed."""
 
 
 def ssl_context(settings: Settings) -> ssl.SSLContext | None:
@@ -245,6 +255,8 @@ def kafka_error(exc: BaseException, action: str) -> AdapterError:
     """
     if isinstance(exc, AdapterError):
         return exc
+    if isinstance(exc, SIZE_ERRORS):
+        return RecordTooLarge(f"the broker refused a record too large: cannot {action}")
     for kind, what in _AUTHORIZATION_ERRORS.items():
         if isinstance(exc, kind):
             return NotAuthorized(f"the cluster's ACLs refuse {what}: cannot {action}")

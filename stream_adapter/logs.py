@@ -52,11 +52,14 @@ SAFE_FIELDS = frozenset(
         "event",
         "retry_in_s",
         "held_s",
+        "stuck_threads",
+        "max_threads",
         "client",
         "path",
         "servers",
         "outage_s",
         "suppressed",
+        "reviewer",
     }
 )
 """Fields allowed at WARNING and above: names, ids, kinds and counters."""

@@ -4,7 +4,10 @@ An async tool that never awaits cannot be pre-empted: while it runs, its own tim
 other call and the host's heartbeats wait. It can be seen, though. A small task wakes every
 ``interval_s`` and records how late it woke (the loop's lag); a watchdog thread notices a
 stall while it lasts (even one that never ends), finds the tool on the loop thread's stack,
-and logs it at WARNING once per tool. Hosts export the numbers (``stream/metrics.py``).
+and logs it at WARNING once per tool. A stall that outlasts the host's session timeout (a Kafka
+worker's heartbeats run on the loop, so the group drops it) is logged at ERROR every time, with
+the tool: the call will run again wherever its partition goes. Hosts export the numbers
+(``stream/metrics.py``).
 """
 
 from __future__ import annotations
@@ -79,9 +82,13 @@ class LoopWatch:
         *,
         interval_s: float = 0.1,
         stall_s: float = 0.5,
+        session_timeout_s: float | None = None,
     ) -> None:
         if interval_s <= 0 or stall_s <= 0:
             raise ValueError("interval_s and stall_s must be positive")
+        if session_timeout_s is not None and session_timeout_s <= 0:
+            raise ValueError("session_timeout_s must be positive")
+        self.session_timeout_s = session_timeout_s
         self._codes = codes
         self.interval_s = interval_s
         self.stall_s = stall_s
@@ -91,6 +98,9 @@ class LoopWatch:
         self.last_lag_s = 0.0
         self.stalls: dict[str, int] = {}
         """Stalls by the tool found holding the loop (NOT_A_TOOL when none was)."""
+        self.outlived: dict[str, int] = {}
+        """Stalls that outlasted session_timeout_s, by tool (NOT_A_TOOL when none was)."""
+        self._outlived_now = False  # this stall was reported as outliving the session
         self._lock = threading.Lock()
         self._reported: set[str] = set()
         self._beat = time.monotonic()
@@ -141,11 +151,17 @@ class LoopWatch:
         self.lag_sum_s += lag_s
         self.last_lag_s = lag_s
         with self._lock:
+            suspect = self._suspect[1] if self._suspect is not None else None
             if lag_s >= self.stall_s and not self._in_stall:
-                suspect = self._suspect[1] if self._suspect is not None else None
                 self._stalled(suspect, lag_s)
+            if self._past_session(lag_s) and not self._outlived_now:
+                self._outlived_session(suspect, lag_s)
             self._in_stall = False
+            self._outlived_now = False
             self._suspect = None
+
+    def _past_session(self, held_s: float) -> bool:
+        return self.session_timeout_s is not None and held_s >= self.session_timeout_s
 
     def _watchdog(self) -> None:
         """Look at the loop thread's stack once it is half a stall late; report at a stall.
@@ -170,6 +186,9 @@ class LoopWatch:
             if beat != self._beat:
                 return 0.0  # the loop woke meanwhile: look again from its new beat
             if self._in_stall:
+                if self._past_session(held_s) and not self._outlived_now:
+                    suspect = self._suspect[1] if self._suspect is not None else None
+                    self._outlived_session(suspect or self._tool_on_stack(), held_s)
                 return half_s  # reported; the loop's next beat ends it
             if self._suspect is None or self._suspect[0] != beat:
                 self._suspect = (beat, self._tool_on_stack())
@@ -191,6 +210,26 @@ class LoopWatch:
                 return name
             frame = frame.f_back
         return None
+
+    def _outlived_session(self, tool: str | None, held_s: float) -> None:
+        """Count and log (ERROR, every time) a stall past the session timeout."""
+        self._outlived_now = True
+        label = tool or NOT_A_TOOL
+        self.outlived[label] = self.outlived.get(label, 0) + 1
+        if tool is not None:
+            logs.event(
+                logs.ERROR,
+                "tool held the event loop past the session timeout: the group drops this "
+                "worker, and the call runs again wherever its partition goes",
+                tool=tool,
+                held_s=round(held_s, 3),
+            )
+        else:
+            logs.event(
+                logs.ERROR,
+                "event loop held past the session timeout: the group drops this worker",
+                held_s=round(held_s, 3),
+            )
 
     def _stalled(self, tool: str | None, held_s: float) -> None:
         """Count a stall; log the first one of each tool at WARNING (others at DEBUG)."""

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from stream_adapter.errors import problem
+from stream_adapter import errors
+from stream_adapter.errors import AdapterError, ToolFailed, problem
 
 __all__ = [
     "Reply",
     "already_done_reply",
     "error_reply_body",
+    "is_final",
     "ok_reply",
     "pending_reply",
+    "reply_error",
 ]
 
 Reply = dict[str, Any]
@@ -68,3 +71,37 @@ def error_reply_body(
         reply["approval_id"] = approval_id
     reply["error"] = problem(exc)
     return reply
+
+
+def is_final(reply: Reply) -> bool:
+    """True for every reply but `pending_approval`: nothing more follows it for its call."""
+    return reply.get("status") != "pending_approval"
+
+
+def reply_error(reply: Reply) -> AdapterError | None:
+    """The typed error an `error` reply (or an `already_done` one whose outcome is an error)
+    stands for, carrying that reply as `reply`; None for every other reply.
+
+    The class is the problem's `kind` (contract §6); a kind this version does not know becomes
+    a ToolFailed with the same status and retryable flag.
+    """
+    if reply.get("status") == "already_done" and isinstance(reply.get("outcome"), dict):
+        reply = reply["outcome"]
+    if reply.get("status") != "error":
+        return None
+    body = reply.get("error")
+    found: dict[str, Any] = body if isinstance(body, dict) else {}
+    kind = getattr(errors, str(found.get("kind", "")), None)
+    cls = kind if isinstance(kind, type) and issubclass(kind, AdapterError) else ToolFailed
+    status, retryable = found.get("status"), found.get("retryable")
+    exc = cls(
+        str(found.get("detail") or cls.title),
+        status=status if type(status) is int else None,
+        retryable=retryable if type(retryable) is bool else None,
+        tool=reply.get("tool"),
+        run_id=reply.get("run_id"),
+        call_id=reply.get("call_id"),
+        approval_id=reply.get("approval_id"),
+    )
+    exc.reply = reply
+    return exc

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from stream_adapter import budget, logs
 from stream_adapter.budget import time_budget
+from stream_adapter.dead_letters import DeadLetters, dead_letter
 from stream_adapter.errors import AdapterError, ToolTimeout
 from stream_adapter.events import (
     EventKind,
@@ -70,6 +71,7 @@ def tool_handler(
     timeout: float = 60.0,
     margin_s: float = 1.0,
     runner: Runner | None = None,
+    dead_letters: DeadLetters | str | None = None,
 ) -> Handler:
     """A sync ``handler(event, context=None)`` that runs the event's envelopes through executor.
 
@@ -79,11 +81,17 @@ def tool_handler(
     - MSK / self-managed Kafka: partitions run concurrently, each in offset order; the first
       failure stops the batch and raises it, so Lambda retries the batch (at least once, like
       the topology). Success returns an empty ``batchItemFailures``.
+    - dead_letters (a DeadLetters sink, or an SQS queue URL for SqsDeadLetters): a batch
+      message that fails with a non-retryable AdapterError is sent there and counts as done,
+      as the Kafka worker dead-letters it, so its tool never runs again on a redelivery. If
+      the letter cannot be sent, the message fails as before (nothing is lost). Without it,
+      such a message is failed and the queue's own redrive policy decides.
     - EventBridge (the envelope in ``detail``) and direct invokes return the reply; errors
       raise. Without ``runner``, every handler shares the process's warm loop.
     """
 
     allowed = allow_list(tools)  # a str is refused here, at construction
+    sink = _sink(dead_letters)
 
     async def run_one(message: Message, source: EventKind) -> Reply:
         return await handle_envelope(
@@ -92,12 +100,12 @@ def tool_handler(
 
     def handler(event: Any, context: Any = None) -> Any:
         limit = budget_s(timeout, margin_s, context)
-        run = _Run(runner or default_runner(), executor)
+        run = _Run(runner or default_runner(), executor, sink)
         kind = event_kind(event)
         if kind is EventKind.SQS:
-            return _sqs(run, run_one, event, limit)
+            return _sqs(run, _with_dead_letters(run_one, sink), event, limit)
         if kind is EventKind.KAFKA:
-            return _kafka(run, run_one, event, limit)
+            return _kafka(run, _with_dead_letters(run_one, sink), event, limit)
         if kind is EventKind.EVENTBRIDGE:
             message = Message(optional_id(event.get("id")), event["detail"])
         else:
@@ -114,12 +122,15 @@ class _Run:
     and leak a connection pool per invocation.
     """
 
-    def __init__(self, runner: Runner, executor: Executor) -> None:
+    def __init__(
+        self, runner: Runner, executor: Executor, dead_letters: DeadLetters | None = None
+    ) -> None:
         self.runner = runner
         fresh = isinstance(runner, RunSync)
-        self.release: Callable[[], Awaitable[None]] | None = (
-            getattr(executor.store, "aclose", None) if fresh else None
-        )
+        owners = (executor.store, dead_letters) if fresh else ()
+        self.release: list[Callable[[], Awaitable[None]]] = [
+            close for close in (getattr(owner, "aclose", None) for owner in owners) if close
+        ]
 
     def __call__(self, work: Callable[[], Awaitable[T]], limit: float) -> T:
         release = self.release
@@ -130,13 +141,67 @@ class _Run:
                 async with time_budget(limit):
                     return await work()
             finally:
-                if release is not None:
-                    await release()
+                for close in release:
+                    await close()
 
         return self.runner.run(within_budget)
 
 
-RunOne = Callable[[Message, EventKind], Awaitable[Reply]]
+RunOne = Callable[[Message, EventKind], Awaitable[Reply | None]]
+"""Runs one batch message: its reply, None once it was dead-lettered, or a raise."""
+
+
+def _sink(dead_letters: DeadLetters | str | None) -> DeadLetters | None:
+    if dead_letters is None or not isinstance(dead_letters, str):
+        return dead_letters
+    from stream_adapter.sqs_dead_letters import SqsDeadLetters  # the `sqs` extra's client
+
+    return SqsDeadLetters(dead_letters)
+
+
+def _with_dead_letters(run_one: RunOne, sink: DeadLetters | None) -> RunOne:
+    """run_one, but a non-retryable AdapterError is dead-lettered to sink and counts as done."""
+    if sink is None:
+        return run_one
+
+    async def run(message: Message, source: EventKind) -> Reply | None:
+        try:
+            return await run_one(message, source)
+        except AdapterError as exc:
+            if exc.retryable:
+                raise
+            letter = dead_letter(
+                message_id=message.message_id,
+                body=message.body,
+                exc=exc,
+                source=source,
+                source_arn=message.source_arn,
+                group=message.group,
+                attempts=message.attempts,
+            )
+            try:
+                await sink.send(letter)
+            except Exception as failure:
+                logs.event(
+                    logs.ERROR,
+                    "dead letter not sent; the message fails and is delivered again",
+                    message_id=message.message_id,
+                    source=source,
+                    error_kind=type(failure).__name__,
+                )
+                raise exc from None
+            logs.event(
+                logs.WARNING,
+                "message dead-lettered",
+                message_id=message.message_id,
+                source=source,
+                tool=exc.tool,
+                approval_id=exc.approval_id,
+                error_kind=exc.kind,
+            )
+            return None
+
+    return run
 
 
 def _failed(message: Message, source: EventKind, exc: BaseException) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from stream_adapter.approvals import DEFAULT_SETTLED_RETENTION_S
 
@@ -20,6 +22,14 @@ throughput). At least once it bounds only what a crash answers twice (docs/bench
 _TOPIC_ROLES = ("calls", "replies", "decisions", "approvals", "dlq")
 _TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 _SECRET_HELP = "prefer the environment variable: command lines are visible to others"
+MIN_SECRET_CHARS = 32
+"""Shortest SESSION_SECRET and decision key secret accepted (`secrets.token_hex(16)` is 32)."""
+
+SECRET_FIELDS = ("decision_keys", "session_secret", "sasl_password", "ssl_key_password")
+"""Settings that are secrets: never written to os.environ by this process (see `export`)."""
+_IN_PROCESS: dict[str, tuple[str, str | None]] = {}
+"""Secrets `export` handed to this process's later `Settings()`, kept out of os.environ: by
+field, the value and the variable's value in os.environ then (a later change to it wins)."""
 
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -164,6 +174,12 @@ class Settings(BaseSettings):
         description="Seconds an approval may wait for a decision before it expires and its "
         "agent gets ApprovalExpired (unset: pending approvals never expire).",
     )
+    max_pending_per_source: int = Field(
+        default=10_000,
+        ge=0,
+        description="Pending approvals one source may have; a call past it is refused with "
+        "TooManyPending (429, retryable). A worker counts its own partitions' (0: no cap).",
+    )
     approvals_sweep_interval_s: float = Field(
         default=60.0,
         gt=0,
@@ -176,13 +192,19 @@ class Settings(BaseSettings):
         description="Seconds a call may wait for a reviewer before the approval-age alert "
         "fires (exported as stream_adapter_pending_approval_age_limit_seconds).",
     )
-    review_secure_cookies: bool = Field(
-        default=False,
-        description="Mark the review service's cookies Secure (set it when served over HTTPS).",
+    review_secure_cookies: bool | None = Field(
+        default=None,
+        description="Mark the review service's cookies Secure, so browsers send them over HTTPS "
+        "only (unset: on unless REVIEW_HOST is a loopback address).",
     )
     review_trust_forwarded: bool = Field(
         default=False,
         description="Take review clients' addresses from X-Forwarded-For (behind a proxy only).",
+    )
+    review_tool_roles: str = Field(
+        default="",
+        description="tool=role[,tool=role]: a listed tool's calls are decided and resolved only "
+        "by reviewers with one of its roles (`reviewers add NAME --role ROLE`); others by any.",
     )
     review_auth_failures: int = Field(
         default=10, ge=1, description="Failed review tokens per address before it gets 429."
@@ -219,6 +241,24 @@ class Settings(BaseSettings):
     ssl_key_password: SecretStr = Field(
         default=SecretStr(""), description=f"Secret. SSL_KEYFILE's password; {_SECRET_HELP}."
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments first, then the secrets `export` kept in memory, then the environment."""
+        return (
+            init_settings,
+            _ExportedSecrets(settings_cls),
+            env_settings,
+            dotenv_settings,
+            file_secret_settings,
+        )
 
     @model_validator(mode="before")
     @classmethod
@@ -282,6 +322,52 @@ class Settings(BaseSettings):
             raise ValueError("ssl_keyfile is set without ssl_certfile")
         return self
 
+    @field_validator("session_secret")
+    @classmethod
+    def _session_secret_long_enough(cls, value: str) -> str:
+        """An empty secret means a random one; a set one must not be guessable."""
+        if value and len(value) < MIN_SECRET_CHARS:
+            raise ValueError(f"session_secret must be at least {MIN_SECRET_CHARS} characters")
+        return value
+
+    @model_validator(mode="after")
+    def _decision_keys_long_enough(self) -> Settings:
+        """Every decision key secret (of DECISION_KEYS, else of the DECISION_KEYS_FILE) is at
+        least MIN_SECRET_CHARS long: a short one lets anyone who guesses it decide. A file
+        that cannot be read is left to the reader of the keys, which says why."""
+        spec = self.decision_keys
+        if not spec and self.decision_keys_file is not None:
+            try:
+                spec = Path(self.decision_keys_file).read_text()
+            except OSError:
+                return self
+        for item in filter(None, (part.strip() for part in spec.split(","))):
+            key_id, _, secret = item.partition(":")
+            if secret and len(secret) < MIN_SECRET_CHARS:
+                raise ValueError(
+                    f"decision key {key_id[:64]!r} is shorter than {MIN_SECRET_CHARS} characters"
+                )
+        return self
+
+    @field_validator("review_tool_roles")
+    @classmethod
+    def _tool_roles_readable(cls, value: str) -> str:
+        parse_tool_roles(value)
+        return value
+
+    @property
+    def tool_roles(self) -> dict[str, frozenset[str]]:
+        """REVIEW_TOOL_ROLES by tool: the roles one of which its reviewers must have."""
+        return parse_tool_roles(self.review_tool_roles)
+
+    @property
+    def review_cookies_secure(self) -> bool:
+        """Whether the review service's cookies are Secure: the setting, else on unless the
+        service binds a loopback address (where the browser is on the same machine)."""
+        if self.review_secure_cookies is not None:
+            return self.review_secure_cookies
+        return not _loopback(self.review_host)
+
     @property
     def uses_tls(self) -> bool:
         return self.security_protocol in _TLS_PROTOCOLS
@@ -303,13 +389,14 @@ class Settings(BaseSettings):
         topics = {f"{role}_topic": f"{app_id}-{role}" for role in _TOPIC_ROLES}
         return cls.model_validate({**cls().model_dump(), "app_id": app_id, **topics, **changes})
 
-    def to_env(self) -> dict[str, str]:
+    def to_env(self, *, secrets: bool = True) -> dict[str, str]:
         """These settings as STREAM_ADAPTER_* variables, for a child process to read back.
 
         Secrets are revealed here (a child needs them): never log what this returns. Unset
-        optional fields (None) are left out: the variable's absence is their value.
+        optional fields (None) are left out: the variable's absence is their value. Without
+        `secrets`, the SECRET_FIELDS are left out too.
         """
-        return {
+        env = {
             f"{ENV_PREFIX}{name.upper()}": str(value)
             for name, value in self.model_dump(mode="json").items()
             if value is not None  # unset optional settings stay unset in the child
@@ -318,10 +405,62 @@ class Settings(BaseSettings):
             for name, value in self
             if isinstance(value, SecretStr)
         }
+        if not secrets:
+            for name in SECRET_FIELDS:
+                env.pop(f"{ENV_PREFIX}{name.upper()}", None)
+        return env
+
+    def export(self) -> None:
+        """Make these settings what a later `Settings()` in this process reads (a topology
+        module reads its own so): the others through os.environ, the secrets in memory only,
+        so the processes tools start (which inherit os.environ) never get them."""
+        os.environ.update(self.to_env(secrets=False))
+        _IN_PROCESS.clear()
+        for name in SECRET_FIELDS:
+            value = getattr(self, name)
+            secret = value.get_secret_value() if isinstance(value, SecretStr) else value
+            _IN_PROCESS[name] = (secret, os.environ.get(f"{ENV_PREFIX}{name.upper()}"))
 
     def with_changes(self, **changes: Any) -> Settings:
         """A copy with some fields replaced (CLI options over the environment), validated again."""
         return type(self).model_validate({**self.model_dump(), **changes})
+
+
+def parse_tool_roles(spec: str) -> dict[str, frozenset[str]]:
+    """`tool=role[,tool=role]` by tool (a tool listed twice takes either role); ValueError
+    when malformed."""
+    roles: dict[str, set[str]] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        tool, sep, role = (text.strip() for text in item.partition("="))
+        if not sep or not tool or not role:
+            raise ValueError("review_tool_roles looks like tool=role[,tool=role]")
+        roles.setdefault(tool, set()).add(role)
+    return {tool: frozenset(names) for tool, names in roles.items()}
+
+
+class _ExportedSecrets(PydanticBaseSettingsSource):
+    """The secrets `Settings.export` kept for this process (below arguments, above the
+    environment)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return {
+            name: secret
+            for name, (secret, env) in _IN_PROCESS.items()
+            if os.environ.get(f"{ENV_PREFIX}{name.upper()}") == env  # unchanged since export
+        }
+
+
+def _loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
+    if host.strip().lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _path_part(name: str) -> str:

@@ -24,6 +24,7 @@ from tests.services import (  # noqa: F401
     postgres_url,
     redis_namespace,
     redis_server,
+    sqs_server,
 )
 
 KAFKA_IMAGE = f"apache/kafka:{local.KAFKA_VERSION}"

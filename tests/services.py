@@ -236,3 +236,10 @@ def dynamodb_server() -> Iterator[str]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def sqs_server(dynamodb_server: str) -> str:
+    """An SQS emulator's endpoint URL (not SQS): moto's standalone server serves every AWS API
+    it emulates, so it is the DynamoDB emulator's server."""
+    return dynamodb_server

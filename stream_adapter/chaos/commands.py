@@ -282,6 +282,20 @@ class _run_dir:
 @click.option(
     "--json", "json_path", type=click.Path(path_type=Path), default=Path("fuzz-figures.json")
 )
+@click.option(
+    "--hostile",
+    is_flag=True,
+    help="What a careless or hostile agent sends instead: sizes around every limit, reused "
+    "ids, re-keyed and replayed decisions, floods of identical calls (--calls and "
+    "--decisions do not apply).",
+)
+@click.option(
+    "--guarantee",
+    type=click.Choice(["at_least_once", "exactly_once", "both"]),
+    default="both",
+    show_default=True,
+    help="With --hostile: the worker's processing guarantee (both: one run of each).",
+)
 @_jars
 @_workdir
 @click.pass_context
@@ -292,10 +306,15 @@ def fuzz(
     seed: int,
     max_seconds: float,
     json_path: Path,
+    hostile: bool,
+    guarantee: str,
     jars_dir: Path,
     workdir: Path | None,
 ) -> None:
-    """Malformed calls and decisions among valid ones; exit 1 unless each got its answer."""
+    """Malformed calls and decisions among valid ones; exit 1 unless each got its answer.
+
+    With --hostile, a hostile agent's messages instead; exit 1 unless every counter is 0.
+    """
     from rich.console import Console
 
     from .fuzz import FuzzOptions, FuzzRun, render_fuzz
@@ -303,6 +322,9 @@ def fuzz(
 
     quiet_kafka_logs()
     bootstrap = _given_broker(ctx)
+    if hostile:
+        _hostile(bootstrap, guarantee, seed, max_seconds, json_path, jars_dir, workdir)
+        return
     options = FuzzOptions(calls=calls, decisions=decisions, seed=seed, max_seconds=max_seconds)
     with _run_dir(workdir) as root:
         figures = asyncio.run(
@@ -323,6 +345,56 @@ def fuzz(
         f"{figures.worker_restarts} worker restart(s); figures in {json_path}"
     )
     raise click.exceptions.Exit(int(ExitCode.OK if figures.passed else ExitCode.FAILED))
+
+
+def _hostile(
+    bootstrap: str | None,
+    guarantee: str,
+    seed: int,
+    max_seconds: float,
+    json_path: Path,
+    jars_dir: Path,
+    workdir: Path | None,
+) -> None:
+    """`fuzz --hostile`: one hostile run per guarantee asked for, against one broker."""
+    from rich.console import Console
+
+    from .hostile import HostileFigures, HostileOptions, HostileRun, render_hostile
+
+    guarantees = ["at_least_once", "exactly_once"] if guarantee == "both" else [guarantee]
+
+    async def runs(broker: BrokerControl | ClusterControl) -> list[HostileFigures]:
+        out = []
+        for i, one in enumerate(guarantees):
+            options = HostileOptions(guarantee=one, seed=seed, max_seconds=max_seconds)
+            run = HostileRun(options, broker, root / f"run-{i}")
+
+            def describe(elapsed_s: float, run: HostileRun = run, one: str = one) -> str:
+                count = run.reader.count
+                return (
+                    f"hostile fuzz ({one}): {count} replies read, {run.waiting}, {elapsed_s:.0f} s"
+                )
+
+            async with live_status(describe):
+                out.append(await run.run())
+        return out
+
+    with _run_dir(workdir) as root:
+        all_figures = asyncio.run(_with_broker(bootstrap, root, jars_dir, runs))
+    console = Console()
+    for figures in all_figures:
+        render_hostile(figures, console)
+    passed = all(f.passed for f in all_figures)
+    _write_json(json_path, {"hostile": [f.to_json() for f in all_figures], "passed": passed})
+    for f in all_figures:
+        click.echo(
+            f"hostile fuzz ({f.guarantee}) {'PASSED' if f.passed else 'FAILED'}: "
+            f"{f.messages} messages in {f.duration_s:.0f} s; {f.stalls} stalls, "
+            f"{f.lost_calls} lost calls, {f.wrong_answers} wrong answers, "
+            f"{f.records_changed} records changed, {f.worker_restarts} worker restart(s), "
+            f"final lag {f.final_lag}; figures in {json_path}"
+        )
+    raise click.exceptions.Exit(int(ExitCode.OK if passed else ExitCode.FAILED))
 
 
 COMMANDS = [chaos, fuzz]

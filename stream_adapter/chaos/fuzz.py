@@ -45,7 +45,7 @@ from .malformed import (
 from .observe import ReplyReader, read_topic, settle_lag
 from .report import ledger_counts
 
-FUZZ_KEYS = "fuzz-1:fuzz-secret-one,fuzz-2:fuzz-secret-two"
+FUZZ_KEYS = "fuzz-1:fuzz-secret-one-0123456789abcdef,fuzz-2:fuzz-secret-two-0123456789abcdef"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 from stream_adapter.commands.exits import ConfigError
 from stream_adapter.executor import Executor
+from stream_adapter.frameworks import arguments_schema
 from stream_adapter.settings import Settings
 from stream_adapter.tools import Tool, ToolRegistry, allow_list
 
@@ -39,17 +40,6 @@ def topology_tools(module: ModuleType) -> list[Tool]:
         )
     names = [n for n in registry.names() if allowed is None or n in allowed]
     return [registry.get(name) for name in names]
-
-
-def arguments_schema(tool: Tool) -> dict[str, Any]:
-    """The JSON schema of the tool's arguments, by their real names."""
-    if tool.takes_anything:
-        return {"type": "object", "additionalProperties": True}
-    schema = tool.args_model.model_json_schema(by_alias=True)
-    schema.pop("title", None)
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)
-    return schema
 
 
 def arguments_summary(schema: dict[str, Any]) -> str:

@@ -36,9 +36,17 @@ from stream_adapter.errors import (
 )
 from stream_adapter.executor import Executor
 from stream_adapter.handler import handle_envelope, record_decision, resolve_outcome
-from stream_adapter.http.credentials import BearerTokens
+from stream_adapter.http.credentials import BearerTokens, bearer_token
 from stream_adapter.replies import Reply, ok_reply
-from stream_adapter.review.auth import Forbidden, ReviewersFile, Unauthenticated
+from stream_adapter.review.auth import (
+    FailureLimiter,
+    ReviewersFile,
+    TokenChecks,
+    TokenChecksBusy,
+    TooManyFailures,
+    Unauthenticated,
+)
+from stream_adapter.review.policy import ToolRoles, check_may_decide
 from stream_adapter.tools import ToolNames, allow_list
 
 __all__ = ["IDEMPOTENCY_HEADER", "ToolServer", "create_app"]
@@ -87,8 +95,10 @@ def _problem(exc: AdapterError) -> Response:
     )
 
 
-def _tokens(credentials: Credentials) -> BearerTokens:
-    return credentials if isinstance(credentials, BearerTokens) else BearerTokens(credentials)
+def _tokens(credentials: Credentials, checks: TokenChecks) -> BearerTokens:
+    if isinstance(credentials, BearerTokens):
+        return credentials
+    return BearerTokens(credentials, checks=checks)
 
 
 class ToolServer:
@@ -102,14 +112,67 @@ class ToolServer:
         reviewers: Credentials,
         tools: ToolNames | None = None,
         origin: str = "http",
+        limiter: FailureLimiter | None = None,
+        trust_forwarded: bool = False,
+        tool_roles: ToolRoles | None = None,
     ) -> None:
         given = executor_of(backend)
         # Its own executor: what it parks carries its origin, whatever the backend's is.
         self.executor = Executor(given.registry, given.store, origin=origin, tools=given.tools)
         self.tools = allow_list(tools)
         self.origin = origin
-        self.callers = _tokens(callers)
-        self.reviewers = _tokens(reviewers)
+        self.checks = TokenChecks()
+        self.callers = _tokens(callers, self.checks)
+        self.reviewers = _tokens(reviewers, self.checks)
+        self.limiter = limiter if limiter is not None else FailureLimiter()
+        """Failed tokens per client address, counted before a token is hashed."""
+        self.trust_forwarded = trust_forwarded
+        """Take the client's address from X-Forwarded-For (set by a proxy in front)."""
+        self.proxy_warned = False
+        self.tool_roles: ToolRoles = tool_roles or {}
+        """Roles one of which a tool's reviewers must have (`roles` in the reviewers file)."""
+
+    def client_of(self, request: Request) -> str:
+        """The client's address: the peer, or the one a trusted proxy in front appended.
+        Warns once when requests look proxied and the proxy is not trusted."""
+        forwarded = request.headers.get("x-forwarded-for")
+        if forwarded is not None and self.trust_forwarded:
+            last = forwarded.rsplit(",", 1)[-1].strip()
+            if last:
+                return last[:64]
+        if forwarded is not None and not self.proxy_warned:
+            self.proxy_warned = True
+            logs.event(
+                logs.WARNING,
+                "tool server: requests come through a proxy (X-Forwarded-For) but it is not "
+                "trusted (trust_forwarded): failed-token limits count every client behind it "
+                "as one",
+                event="proxy_not_trusted",
+            )
+        return request.client.host if request.client is not None else "unknown"
+
+    async def authenticate(self, request: Request, tokens: BearerTokens) -> str:
+        """The name of the request's bearer token. A token not remembered as valid is counted
+        against the client's address before it is hashed (forgiven when it passes):
+        TooManyFailures past the limit, Unauthenticated when it fails."""
+        token = bearer_token(request.headers.get("authorization"))
+        name = tokens.remembered(token)
+        if name is not None:
+            return name
+        client = self.client_of(request)
+        stamp = self.limiter.begin(client)
+        failed = False
+        try:
+            return await tokens.verify(token)
+        except Unauthenticated:
+            failed = True
+            logs.event(
+                logs.WARNING, "tool server: token refused", event="bearer_failed", client=client
+            )
+            raise
+        finally:
+            if not failed:
+                self.limiter.succeeded(client, stamp)
 
     def source_of(self, caller: str) -> str:
         """The ``source`` of a caller's calls: derived ids and invokers stay apart per caller."""
@@ -172,10 +235,10 @@ class ToolServer:
     async def decide(
         self, approval_id: str, reviewer: str, body: _DecisionBody
     ) -> tuple[int, dict[str, Any]]:
-        """record_decision as reviewer: 200 record, 404, 409; 403 on one's own call."""
+        """record_decision as reviewer: 200 record, 404, 409; 403 on one's own call or a
+        tool whose role the reviewer lacks."""
         record = await self._record(approval_id)
-        if record.source == self.source_of(reviewer):
-            raise Forbidden("a caller cannot decide its own call", approval_id=approval_id)
+        self._may(record, reviewer, "decide")
         return await record_decision(
             self.executor,
             approval_id,
@@ -187,10 +250,10 @@ class ToolServer:
     async def resolve(
         self, approval_id: str, reviewer: str, body: _ResolutionBody
     ) -> tuple[int, dict[str, Any]]:
-        """resolve_outcome as reviewer: 200 record, 404, 409; 403 on one's own call."""
+        """resolve_outcome as reviewer: 200 record, 404, 409; 403 on one's own call or a
+        tool whose role the reviewer lacks."""
         record = await self._record(approval_id)
-        if record.source == self.source_of(reviewer):
-            raise Forbidden("a caller cannot resolve its own call", approval_id=approval_id)
+        self._may(record, reviewer, "resolve")
         return await resolve_outcome(
             self.executor,
             approval_id,
@@ -201,6 +264,11 @@ class ToolServer:
         )
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _may(self, record: ApprovalRecord, reviewer: str, act: str) -> None:
+        """Forbidden unless reviewer (as the reviewers file has them now) may act on record."""
+        entry = self.reviewers.file.by_name(reviewer)
+        check_may_decide(record, entry, self.tool_roles, act=act)
 
     def _store(self) -> ApprovalStore:
         if self.executor.store is None:
@@ -223,6 +291,7 @@ class ToolServer:
     async def close(self) -> None:
         """Release the executor's threads and this loop's store clients."""
         self.executor.close()
+        self.checks.close()
         aclose = getattr(self.executor.store, "aclose", None)
         if aclose is not None:
             await aclose()
@@ -260,10 +329,14 @@ def _route(server: ToolServer, role: Role, handler: Handler) -> Callable[[Reques
 
     async def endpoint(request: Request) -> Response:
         try:
-            name = await tokens.name_of(request.headers.get("authorization"))
+            name = await server.authenticate(request, tokens)
         except Unauthenticated as exc:
             logs.event(logs.WARNING, "tool server: unauthenticated request", event="unauth")
             return _problem(exc)
+        except (TooManyFailures, TokenChecksBusy) as exc:
+            response = _problem(exc)
+            response.headers["Retry-After"] = str(int(exc.retry_after_s + 0.999))
+            return response
         try:
             return await handler(request, name)
         except AdapterError as exc:
@@ -389,11 +462,19 @@ def create_app(
     reviewers: Credentials,
     tools: ToolNames | None = None,
     origin: str = "http",
+    limiter: FailureLimiter | None = None,
+    trust_forwarded: bool = False,
+    tool_roles: ToolRoles | None = None,
 ) -> Starlette:
     """The HTTP tool server over backend's tools and approval store (an ASGI app).
 
     ``callers`` and ``reviewers`` are token files in the review service's format (paths,
-    ``ReviewersFile`` or ``BearerTokens``). ``tools`` narrows what runs. Routes:
+    ``ReviewersFile`` or ``BearerTokens``). ``tools`` narrows what runs. ``limiter`` counts
+    failed tokens per client address (default: 10 a minute, then 429); ``trust_forwarded``
+    takes that address from ``X-Forwarded-For`` (only behind a proxy that sets it).
+    ``tool_roles`` maps a tool to the roles one of which its reviewers must have (``roles`` in
+    the reviewers file); nobody decides their own call (same name, or a caller name listed
+    under ``callers`` in the reviewers file). Routes:
 
     | route | who | does |
     |---|---|---|
@@ -407,7 +488,16 @@ def create_app(
 
     Answers are replies (200) or RFC 9457 problems with the error's status.
     """
-    server = ToolServer(backend, callers=callers, reviewers=reviewers, tools=tools, origin=origin)
+    server = ToolServer(
+        backend,
+        callers=callers,
+        reviewers=reviewers,
+        tools=tools,
+        origin=origin,
+        limiter=limiter,
+        trust_forwarded=trust_forwarded,
+        tool_roles=tool_roles,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

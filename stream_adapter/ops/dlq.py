@@ -7,7 +7,8 @@ with those ids spelled out, so the replayed call is the same call: its reply car
 original run_id and call_id, a confirm call finds its own approval record, and tools that key
 side effects on call_id stay idempotent.
 
-Not replayed (each reported with its reason): letters from any topic other than the calls
+Not replayed (each reported with its reason): letters by reference (an original too large to
+copy; its source headers say where it is), letters from any topic other than the calls
 topic (decisions must come from the review service, freshly signed: decide again instead),
 and originals that are not a valid envelope (no ids can be derived that the worker would
 match; fix the producer and send a new call).
@@ -101,6 +102,8 @@ def replay_value(settings: Settings, letter: DeadLetter) -> bytes:
         raise ReplaySkipped("not from the calls topic")
     if not letter.message_id:
         raise ReplaySkipped("no message-id header")
+    if letter.headers.get("original") == "by-reference":
+        raise ReplaySkipped("original too large to copy (read it at its source offset)")
     try:
         envelope = parse_envelope(
             letter.value, message_id=letter.message_id, source=settings.source

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,7 +171,7 @@ def load_catalog(settings: Settings) -> Catalog:
     """
     from stream_adapter.commands.tools import topology_tools
 
-    os.environ.update(settings.to_env())
+    settings.export()  # secrets stay out of os.environ, where tools would inherit them
     try:
         return catalog_of(topology_tools(importlib.import_module(settings.topology)))
     except Exception as exc:  # a broken topology must not stop reviewers from deciding

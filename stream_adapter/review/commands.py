@@ -38,10 +38,31 @@ def reviewers() -> None:
 @click.argument("name")
 @click.option("--replace", is_flag=True, help="Give an existing reviewer a new token.")
 @click.option("--token-only", is_flag=True, help="Print only the token (for scripts).")
+@click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    help="A role the reviewer has (REVIEW_TOOL_ROLES names the tools that need one).",
+)
+@click.option(
+    "--caller",
+    "callers",
+    multiple=True,
+    help="A caller name (of the callers file) this person also holds: never their reviewer.",
+)
 @pass_settings
-def reviewers_add(settings: Settings, name: str, replace: bool, token_only: bool) -> None:
+def reviewers_add(
+    settings: Settings,
+    name: str,
+    replace: bool,
+    token_only: bool,
+    roles: tuple[str, ...],
+    callers: tuple[str, ...],
+) -> None:
     """Add reviewer NAME and print their token; it is shown only this once."""
-    token = ReviewersFile(settings.reviewers_file).add(name, replace=replace)
+    token = ReviewersFile(settings.reviewers_file).add(
+        name, replace=replace, roles=roles, callers=callers
+    )
     if token_only:
         click.echo(token)
         return
@@ -58,10 +79,11 @@ _json_option = click.option("--json", "as_json", is_flag=True, help="One JSON ob
 def reviewers_list(settings: Settings, as_json: bool) -> None:
     """List reviewer names (never tokens)."""
     rows = [
-        {"name": r.name, "created_at": r.created_at}
+        {"name": r.name, "roles": ",".join(r.roles), "created_at": r.created_at}
         for r in ReviewersFile(settings.reviewers_file).reviewers()
     ]
-    emit(rows, (Column("name", whole=True), Column("created_at", whole=True)), as_json=as_json)
+    columns = (Column("name", whole=True), Column("roles"), Column("created_at", whole=True))
+    emit(rows, columns, as_json=as_json)
     note(f"{len(rows)} reviewer(s) in {settings.reviewers_file}")
 
 

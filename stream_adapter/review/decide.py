@@ -11,17 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import orjson
 from aiokafka import AIOKafkaProducer
 from pydantic import ValidationError
 
 from stream_adapter import kafka_clients, logs
+from stream_adapter._json import JSONError, dumps
 from stream_adapter.approvals import (
+    MAX_DECISION_BYTES,
     ApprovalRecord,
     ApprovalState,
     Decision,
     Resolution,
     check_run_over,
+    parse_reviewer_message,
     utc_now,
 )
 from stream_adapter.errors import ApprovalConflict, ApprovalNotFound, BrokerError, ToolUsageError
@@ -38,13 +40,27 @@ def decision_message(
     decision: Decision | Resolution, keys: DecisionKeys
 ) -> tuple[bytes, list[tuple[str, bytes]]]:
     """The value bytes and headers of a decision or resolution; signed when keys are
-    configured. A resolution keeps `result` even when it is null."""
+    configured. A resolution keeps `result` even when it is null. ToolUsageError when the
+    worker would refuse the value (checked with the worker's own parser and limits)."""
+    value = checked_value(decision)
+    headers = list(keys.sign(value).items()) if keys.required else []
+    return value, headers
+
+
+def checked_value(decision: Decision | Resolution) -> bytes:
+    """The value bytes of decision, or ToolUsageError when the worker could not read them: an
+    integer past 64 bits, nesting past the JSON depth limit, or more than MAX_DECISION_BYTES."""
     body = decision.model_dump(exclude_none=True)
     if isinstance(decision, Resolution) and decision.resolution == "ran":
         body["result"] = decision.result
-    value = orjson.dumps(body)
-    headers = list(keys.sign(value).items()) if keys.required else []
-    return value, headers
+    try:
+        value = dumps(body)
+    except JSONError as exc:
+        raise ToolUsageError(f"the workers cannot read this result: {exc}") from None
+    if len(value) > MAX_DECISION_BYTES:
+        raise ToolUsageError(f"a decision is at most {MAX_DECISION_BYTES} bytes as JSON")
+    parse_reviewer_message(value)  # what the worker does with it (ToolUsageError if refused)
+    return value
 
 
 class DecisionWriter:
@@ -193,14 +209,23 @@ class Decider:
             )
         except ValidationError:
             raise ToolUsageError("a reason is at most 4096 characters") from None
+        checked_value(decision)  # refused here, before anything is marked as sent
         self._sent[approval_id] = decision
         self._refused.pop(approval_id, None)
+        written = False
         try:
             await self.writer.write(decision)
-        except BrokerError:
-            del self._sent[approval_id]
-            raise
-        logs.event(logs.INFO, "decision written", approval_id=approval_id, approved=approved)
+            written = True
+        finally:
+            if not written:  # whatever failed, nothing is on its way
+                self._sent.pop(approval_id, None)
+        logs.event(
+            logs.INFO,
+            "decision written",
+            approval_id=approval_id,
+            approved=approved,
+            reviewer=reviewer,
+        )
 
         def landed(view: ApprovalsView) -> bool:
             record = view.get(approval_id)
@@ -291,16 +316,25 @@ class Decider:
             )
         except ValidationError:
             raise ToolUsageError("a reason is at most 4096 characters") from None
+        checked_value(resolution)  # refused here, before anything is marked as sent
         current = self.view.get(approval_id)
         self._resolved_before[approval_id] = None if current is None else current.resolved_at
         self._resolving[approval_id] = resolution
         self._refused.pop(approval_id, None)
+        written = False
         try:
             await self.writer.write(resolution)
-        except BrokerError:
-            self._forget_resolution(approval_id)
-            raise
-        logs.event(logs.INFO, "resolution written", approval_id=approval_id, resolution=kind)
+            written = True
+        finally:
+            if not written:  # whatever failed, nothing is on its way
+                self._forget_resolution(approval_id)
+        logs.event(
+            logs.INFO,
+            "resolution written",
+            approval_id=approval_id,
+            resolution=kind,
+            reviewer=reviewer,
+        )
 
         def landed(view: ApprovalsView) -> bool:
             record = view.get(approval_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
@@ -21,7 +21,7 @@ from markupsafe import Markup
 
 from stream_adapter.approvals import ApprovalRecord, ApprovalState, instant
 from stream_adapter.review.catalog import Catalog, ToolInfo, unit_of
-from stream_adapter.review.listing import Page, identical_calls, page_of
+from stream_adapter.review.listing import NO_TWINS, Page, Twins, page_of
 from stream_adapter.review.view import Seen
 
 __all__ = [
@@ -211,7 +211,7 @@ class Item:
     tool: ToolInfo | None
     catalog_error: str | None
     rows: list[ArgumentRow]
-    twins: list[str]
+    twins: Twins
     sent: bool
 
     @property
@@ -220,11 +220,11 @@ class Item:
 
 
 def item_of(
-    record: ApprovalRecord, catalog: Catalog, twins: list[str] | None = None, sent: bool = False
+    record: ApprovalRecord, catalog: Catalog, twins: Twins = NO_TWINS, sent: bool = False
 ) -> Item:
     tool = catalog.get(record.tool)
     rows = argument_rows(record, tool)
-    return Item(record, tool, catalog.error, rows, twins or [], sent)
+    return Item(record, tool, catalog.error, rows, twins, sent)
 
 
 def outcome(record: ApprovalRecord) -> str:
@@ -441,7 +441,7 @@ def login_page(csrf: str, nonce: str, *, error: str | None = None) -> str:
 
 def board_fragment(
     page: Page,
-    pending: Sequence[ApprovalRecord],
+    twins: Callable[[str], Twins],
     recent: Sequence[ApprovalRecord],
     catalog: Catalog,
     *,
@@ -454,12 +454,9 @@ def board_fragment(
     """The live part of the board: approved calls whose outcome is unknown (the first page of
     those matching the search), one page of pending approvals, and the recent decisions.
 
-    `pending` is every pending approval (identical calls are found across all of them).
+    `twins` names the pending approvals identical to one (asked for the page's items only).
     """
-    twins = identical_calls(pending)
-    items = [
-        item_of(r, catalog, twins.get(r.approval_id), r.approval_id in sent) for r in page.items
-    ]
+    items = [item_of(r, catalog, twins(r.approval_id), r.approval_id in sent) for r in page.items]
     unknown = unknown or page_of([], page.query)
     unknown_items = [item_of(r, catalog, sent=r.approval_id in sent) for r in unknown.items]
     count = page.total
@@ -522,7 +519,7 @@ def main_page(
 def detail_fragment(
     record: ApprovalRecord,
     seen: Sequence[Seen],
-    pending: Sequence[ApprovalRecord],
+    twins: Callable[[str], Twins],
     catalog: Catalog,
     *,
     csrf: str,
@@ -531,13 +528,12 @@ def detail_fragment(
 ) -> str:
     """The live part of an approval's page: the call, its decision form, its history, and
     why the worker refuses what was sent from here (`refused`), if it does."""
-    twins = identical_calls(pending).get(record.approval_id) if record.state == "pending" else []
     raw = json.dumps(
         record.model_dump(mode="json", exclude_none=True), indent=2, ensure_ascii=False
     )
     return _render(
         "detail.html",
-        item=item_of(record, catalog, twins, sent),
+        item=item_of(record, catalog, twins(record.approval_id), sent),
         events=history(record, seen),
         raw=raw,
         csrf=csrf,

@@ -50,9 +50,10 @@ def review_service(
             settings.session_ttl_s,
             RevokedSessions(revoked_sessions_file(settings)),
         ),
-        secure_cookies=settings.review_secure_cookies,
+        secure_cookies=settings.review_cookies_secure,
         limiter=FailureLimiter(settings.review_auth_failures, settings.review_auth_window_s),
         trust_forwarded=settings.review_trust_forwarded,
+        tool_roles=settings.tool_roles,
     )
 
 

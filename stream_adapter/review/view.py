@@ -9,9 +9,11 @@ change, which drives the page's live updates and the "decision landed" wait.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import heapq
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +24,7 @@ from aiokafka.structs import TopicPartition
 from stream_adapter import kafka_clients, logs
 from stream_adapter.approvals import ApprovalRecord, ApprovalState
 from stream_adapter.errors import BrokerError, ToolUsageError
+from stream_adapter.review.listing import IdenticalCalls, Twins
 from stream_adapter.settings import Settings
 
 DECIDED_STATES = frozenset(
@@ -65,12 +68,66 @@ async def _assignment(consumer: AIOKafkaConsumer, timeout_s: float) -> list[Topi
     return sorted(consumer.assignment())
 
 
+def _order(record: ApprovalRecord) -> tuple[str, str]:
+    return (record.requested_at, record.approval_id)
+
+
+class Records(MutableMapping[str, ApprovalRecord]):
+    """Records by approval_id, with what every render of the board reads kept up to date as
+    they change: each state's records in order (oldest request first, kept sorted one record
+    at a time) and the pending ones grouped by identical call. A render then costs the page it
+    shows, not the number of pending approvals."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, ApprovalRecord] = {}
+        self._sorted: dict[ApprovalState, list[ApprovalRecord]] = {s: [] for s in ApprovalState}
+        self.identical = IdenticalCalls()
+
+    def __getitem__(self, approval_id: str) -> ApprovalRecord:
+        return self._records[approval_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __setitem__(self, approval_id: str, record: ApprovalRecord) -> None:
+        old = self._records.get(approval_id)
+        if old is not None:
+            self._unsort(old)
+        self._records[approval_id] = record
+        bisect.insort(self._sorted[record.state], record, key=_order)
+        if record.state is ApprovalState.PENDING:
+            self.identical.add(record)
+        else:
+            self.identical.discard(approval_id)
+
+    def __delitem__(self, approval_id: str) -> None:
+        old = self._records.pop(approval_id)
+        self._unsort(old)
+        self.identical.discard(approval_id)
+
+    def _unsort(self, record: ApprovalRecord) -> None:
+        ordered = self._sorted[record.state]
+        at = bisect.bisect_left(ordered, _order(record), key=_order)
+        del ordered[at]  # approval ids are unique, so the record is exactly there
+
+    def in_state(self, state: ApprovalState) -> Sequence[ApprovalRecord]:
+        """The records in state, oldest request first (read-only: the view keeps it)."""
+        return self._sorted[state]
+
+    def in_states(self, states: frozenset[ApprovalState]) -> Iterator[ApprovalRecord]:
+        for state in states:
+            yield from self._sorted[state]
+
+
 class ApprovalsView:
     """Records by approval_id as the approvals topic has them; `version` counts changes."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.records: dict[str, ApprovalRecord] = {}
+        self.records = Records()
         self.seen: dict[str, list[Seen]] = {}
         self.version = 0
         self._changed = asyncio.Event()
@@ -223,14 +280,21 @@ class ApprovalsView:
 
     def select(self, state: ApprovalState | None = None) -> list[ApprovalRecord]:
         """Records (only those in state, if given), oldest request first."""
-        records = (r for r in self.records.values() if state is None or r.state is state)
-        return sorted(records, key=lambda r: (r.requested_at, r.approval_id))
+        if state is not None:
+            return list(self.records.in_state(state))
+        return sorted(self.records.values(), key=_order)
+
+    def twins(self, approval_id: str) -> Twins:
+        """The pending approvals with the same tool and arguments as approval_id's."""
+        return self.records.identical.twins(approval_id)
 
     def recent_decisions(self, limit: int = 20) -> list[ApprovalRecord]:
         """Decided records, latest decision first."""
-        decided = [r for r in self.records.values() if r.state in DECIDED_STATES]
-        decided.sort(key=lambda r: (r.decided_at or "", r.approval_id), reverse=True)
-        return decided[:limit]
+        return heapq.nlargest(
+            limit,
+            self.records.in_states(DECIDED_STATES),
+            key=lambda r: (r.decided_at or "", r.approval_id),
+        )
 
 
 def record_json(record: ApprovalRecord) -> dict[str, Any]:

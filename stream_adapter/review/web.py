@@ -9,7 +9,6 @@ the client's address, never the token, and an address with too many of them gets
 
 from __future__ import annotations
 
-import asyncio
 import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,12 +37,15 @@ from stream_adapter.review.auth import (
     ReviewersFile,
     Session,
     Sessions,
+    TokenChecks,
+    TokenChecksBusy,
     TooManyFailures,
     Unauthenticated,
 )
 from stream_adapter.review.catalog import Catalog
 from stream_adapter.review.decide import Decider
 from stream_adapter.review.listing import page_of
+from stream_adapter.review.policy import ToolRoles, check_may_decide
 from stream_adapter.review.view import ApprovalsView, record_json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -72,6 +74,11 @@ class ReviewService:
     limiter: FailureLimiter = field(default_factory=FailureLimiter)
     trust_forwarded: bool = False
     """Take the client's address from X-Forwarded-For (set by a proxy in front), not the peer."""
+    tool_roles: ToolRoles = field(default_factory=dict)
+    """Roles one of which a tool's reviewers must have (REVIEW_TOOL_ROLES)."""
+    checks: TokenChecks = field(default_factory=TokenChecks)
+    """Where tokens are hashed: a few threads of their own, a bounded queue."""
+    proxy_warned: bool = False
 
 
 SERVICE = web.AppKey("service", ReviewService)
@@ -165,19 +172,34 @@ def client_address(request: web.Request) -> str:
     return request.remote or "unknown"
 
 
+def warn_if_proxied(request: web.Request) -> None:
+    """Warn (once) when requests carry X-Forwarded-For but it is not trusted: every client
+    behind the proxy then shares its address, and a few bad tokens refuse them all."""
+    service = _service(request)
+    if service.trust_forwarded or service.proxy_warned:
+        return
+    if "X-Forwarded-For" in request.headers:
+        service.proxy_warned = True
+        logs.event(
+            logs.WARNING,
+            "review: requests come through a proxy (X-Forwarded-For) but "
+            "REVIEW_TRUST_FORWARDED is off: sign-in limits count every client behind it as one",
+            event="proxy_not_trusted",
+            client=request.remote or "unknown",
+        )
+
+
 async def _verify(request: web.Request, token: str, event: str) -> Reviewer:
-    """The reviewer a token belongs to; a failure is counted and logged with the client's
-    address (never the token). TooManyFailures when the address has failed too often."""
+    """The reviewer a token belongs to. The attempt is counted against the client's address
+    before the token is hashed (so a concurrent burst cannot pass the limit) and forgiven when
+    it succeeds; a failure is logged with the address, never the token. TooManyFailures when
+    the address has failed too often, TokenChecksBusy when too many tokens wait."""
     service = _service(request)
     client = client_address(request)
-    service.limiter.check(client)
     try:
-        reviewer = await asyncio.to_thread(service.reviewers.verify, token)
-    except Unauthenticated:
-        limited = service.limiter.failed(client)
-        message = "review: login failed" if event == "login_failed" else "review: token refused"
-        logs.event(logs.WARNING, message, event=event, client=client)
-        if limited:
+        stamp = service.limiter.begin(client)
+    except TooManyFailures as exc:
+        if exc.first:
             logs.event(
                 logs.WARNING,
                 "review: too many failed tokens; address refused for a while",
@@ -185,6 +207,17 @@ async def _verify(request: web.Request, token: str, event: str) -> Reviewer:
                 client=client,
             )
         raise
+    failed = False
+    try:
+        reviewer = await service.checks.verify(service.reviewers, token)
+    except Unauthenticated:
+        failed = True
+        message = "review: login failed" if event == "login_failed" else "review: token refused"
+        logs.event(logs.WARNING, message, event=event, client=client)
+        raise
+    finally:
+        if not failed:
+            service.limiter.succeeded(client, stamp)
     return reviewer
 
 
@@ -241,6 +274,7 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     kind: AuthKind | None = getattr(route_handler, "auth_kind", None)
     if kind == "public":
         return await handler(request)
+    warn_if_proxied(request)
     api = request.path.startswith("/api/")
     try:
         if kind == "api" or (kind is None and api):
@@ -249,7 +283,7 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
             session = _session(request)
             request[SESSION] = session
             request[REVIEWER] = session.name
-    except TooManyFailures as exc:
+    except (TooManyFailures, TokenChecksBusy) as exc:
         response = _problem_response(exc)
         response.headers["Retry-After"] = str(int(exc.retry_after_s + 0.999))
         return response
@@ -301,6 +335,14 @@ def _board_query(query: Mapping[str, str]) -> tuple[str, int]:
     return text, number
 
 
+def _may(service: ReviewService, approval_id: str, reviewer: str, act: str) -> None:
+    """Forbidden unless reviewer may act on the approval (its tool's role, not their own
+    call); nothing to check when the view does not show it (the decider says 404)."""
+    record = service.view.get(approval_id)
+    if record is not None:
+        check_may_decide(record, service.reviewers.by_name(reviewer), service.tool_roles, act=act)
+
+
 def _sent_one(service: ReviewService, approval_id: str) -> bool:
     """Whether a decision or resolution sent from here is not shown by the view yet."""
     decider = service.decider
@@ -313,12 +355,11 @@ def _sent(service: ReviewService, records: list[ApprovalRecord]) -> set[str]:
 
 def _fragment(service: ReviewService, csrf: str, query: str = "", number: int = 1) -> str:
     view = service.view
-    pending = view.select(ApprovalState.PENDING)
-    shown = page_of(pending, query, number)
-    unknown = page_of(view.select(ApprovalState.UNKNOWN), query)
+    shown = page_of(view.records.in_state(ApprovalState.PENDING), query, number)
+    unknown = page_of(view.records.in_state(ApprovalState.UNKNOWN), query)
     return pages.board_fragment(
         shown,
-        pending,
+        view.twins,
         view.recent_decisions(),
         service.catalog,
         csrf=csrf,
@@ -342,7 +383,7 @@ def _detail(service: ReviewService, record: ApprovalRecord, csrf: str) -> str:
     return pages.detail_fragment(
         record,
         view.history(record.approval_id),
-        view.select(ApprovalState.PENDING),
+        view.twins,
         service.catalog,
         csrf=csrf,
         sent=_sent_one(service, record.approval_id),
@@ -483,6 +524,7 @@ async def decide_form(request: web.Request) -> web.StreamResponse:
         return again("Choose Approve or Deny.", 400)
     reason = str(form.get("reason", "")).strip() or None
     try:
+        _may(posted.service, posted.approval_id, posted.session.name, "decide")
         outcome = await posted.service.decider.decide(
             posted.approval_id,
             approved=verdict == "approve",
@@ -523,6 +565,7 @@ async def resolve_form(request: web.Request) -> web.StreamResponse:
         return again(f"Not resolved: the result must be JSON ({exc}).", 400)
     reason = str(form.get("reason", "")).strip() or None
     try:
+        _may(posted.service, posted.approval_id, posted.session.name, "resolve")
         outcome = await posted.service.decider.resolve(
             posted.approval_id,
             ran=kind == "ran",
@@ -561,9 +604,13 @@ async def login(request: web.Request) -> web.StreamResponse:
         reviewer = await _verify(request, token, "login_failed")
     except Forbidden:
         return _login_response(request, error="The form expired; sign in again.")
-    except TooManyFailures as exc:
-        response = _login_response(request, error="Too many failed sign-ins; wait a minute.")
-        response.set_status(429)
+    except (TooManyFailures, TokenChecksBusy) as exc:
+        busy = isinstance(exc, TokenChecksBusy)
+        error = "Too many sign-ins at once; try again in a moment."
+        response = _login_response(
+            request, error=error if busy else "Too many failed sign-ins; wait a minute."
+        )
+        response.set_status(exc.status)
         response.headers["Retry-After"] = str(int(exc.retry_after_s + 0.999))
         return response
     except Unauthenticated:
@@ -643,7 +690,9 @@ async def api_decide(request: web.Request) -> web.StreamResponse:
         raise ToolUsageError(
             'the body is {"approved": bool, "reason"?: str}; the reviewer comes from the token'
         ) from None
-    outcome = await _service(request).decider.decide(
+    service = _service(request)
+    _may(service, approval_id, request[REVIEWER], "decide")
+    outcome = await service.decider.decide(
         approval_id, approved=body.approved, reviewer=request[REVIEWER], reason=body.reason
     )
     if outcome.record is None:
@@ -666,7 +715,9 @@ async def api_resolve(request: web.Request) -> web.StreamResponse:
         ) from None
     if body.result is not None and not body.ran:
         raise ToolUsageError("a result goes with ran: true")
-    outcome = await _service(request).decider.resolve(
+    service = _service(request)
+    _may(service, approval_id, request[REVIEWER], "resolve")
+    outcome = await service.decider.resolve(
         approval_id,
         ran=body.ran,
         reviewer=request[REVIEWER],

@@ -24,11 +24,11 @@ from stream_adapter.approvals import (
     apply_decision,
     apply_resolution,
     begin_run,
-    finish,
     give_up,
     next_step,
     rerun,
 )
+from stream_adapter.record_limits import check_parkable, finish_within
 from stream_adapter.replies import Reply
 from stream_adapter.stores._common import conflict, missing
 from stream_adapter.stores._lifetimes import AgingStore
@@ -39,6 +39,13 @@ __all__ = ["CompareAndSetStore"]
 class CompareAndSetStore(AgingStore, ABC):
     """The ApprovalStore protocol for a backend that offers the primitives below (and
     AgingStore's guarded delete and scan, for retention and expiry)."""
+
+    max_record_bytes: int | None = None
+    """The largest record the backend stores, when it has a limit: a call whose record
+    leaves no room for its later steps is refused at park, and an outcome too large is
+    stored as a small RecordTooLarge error (record_limits)."""
+    max_record_name: str = ""
+    """That limit, as its messages name it."""
 
     @abstractmethod
     async def _insert(self, record: ApprovalRecord) -> ApprovalRecord:
@@ -65,6 +72,8 @@ class CompareAndSetStore(AgingStore, ABC):
 
     async def park(self, record: ApprovalRecord) -> ApprovalRecord:
         """Insert record unless its approval_id exists; return the stored one."""
+        if self.max_record_bytes is not None:
+            check_parkable(record, self.max_record_bytes, where=self.max_record_name)
         await self._maybe_sweep()
         stored = await self._age(await self._insert(record))
         return stored or await self._insert(record)  # the old one was past its retention
@@ -98,7 +107,7 @@ class CompareAndSetStore(AgingStore, ABC):
         first; ApprovalConflict once it is not running."""
         while True:
             record = await self._require(approval_id)
-            done = finish(record, reply)
+            done = finish_within(record, reply, self.max_record_bytes)
             if await self._swap(done, record):
                 return done
             # Lost to a rerun's start (still running, one more run) or to another end.

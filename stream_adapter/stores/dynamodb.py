@@ -20,13 +20,23 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from stream_adapter import logs
 from stream_adapter.approvals import ApprovalRecord, ApprovalState, settled_at
-from stream_adapter.errors import ToolUsageError
+from stream_adapter.errors import RecordTooLarge
 from stream_adapter.runners import LoopLocal
 from stream_adapter.stores._cas import CompareAndSetStore
 from stream_adapter.stores._common import missing, unavailable_on
 from stream_adapter.stores._lifetimes import FROM_SETTINGS, Lifetime, lifetimes
 
-__all__ = ["DEFAULT_CONFIG", "STATE_INDEX", "TTL_ATTRIBUTE", "DynamoDBApprovalStore"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "ITEM_LIMIT_BYTES",
+    "STATE_INDEX",
+    "TTL_ATTRIBUTE",
+    "DynamoDBApprovalStore",
+]
+
+ITEM_LIMIT_BYTES = 400 * 1024
+"""DynamoDB's item size limit (attribute names and values)."""
+_ITEM_NAME = "DynamoDB's 400 KB item limit"
 
 TTL_ATTRIBUTE = "expires_at"
 """The Time to Live attribute: when a settled record's retention is over, in epoch seconds."""
@@ -61,6 +71,7 @@ def _code(exc: ClientError) -> str:
 
 
 def _item(record: ApprovalRecord, retention_s: float | None) -> dict[str, Any]:
+    """The item of record; RecordTooLarge, before any request, above ITEM_LIMIT_BYTES."""
     item = {
         "approval_id": {"S": record.approval_id},
         "state": {"S": record.state.value},
@@ -71,6 +82,13 @@ def _item(record: ApprovalRecord, retention_s: float | None) -> dict[str, Any]:
     settled = settled_at(record)
     if settled is not None and retention_s is not None:
         item[TTL_ATTRIBUTE] = {"N": str(int(settled.timestamp() + retention_s) + 1)}
+    size = sum(len(name) + len(next(iter(value.values())).encode()) for name, value in item.items())
+    if size > ITEM_LIMIT_BYTES:
+        raise RecordTooLarge(
+            f"approval record larger than {_ITEM_NAME}",
+            tool=record.tool,
+            approval_id=record.approval_id,
+        )
     return item
 
 
@@ -88,8 +106,13 @@ class DynamoDBApprovalStore(CompareAndSetStore):
     from ``client_options`` (given to aiobotocore's ``create_client``; ``config`` replaces
     DEFAULT_CONFIG). A client is opened lazily per event loop (a LoopLocal). A table it creates
     gets Time to Live on ``expires_at``; settled_retention_s and pending_expiry_s default to
-    the settings.
+    the settings. A call whose record would not leave room below DynamoDB's 400 KB item
+    limit for its later steps is refused at park (RecordTooLarge, before it can run), and an
+    outcome too large for the item is stored as a small RecordTooLarge error.
     """
+
+    max_record_bytes = ITEM_LIMIT_BYTES - 1024  # the item's other attributes
+    max_record_name = _ITEM_NAME
 
     def __init__(
         self,
@@ -300,9 +323,8 @@ class DynamoDBApprovalStore(CompareAndSetStore):
 def _too_large(exc: ClientError, record: ApprovalRecord) -> None:
     """DynamoDB's 400 KB item limit: the call's fault (not retryable), said plainly."""
     if _code(exc) == "ValidationException" and "size" in str(exc).lower():
-        raise ToolUsageError(
-            "approval record larger than DynamoDB's 400 KB item limit",
-            status=413,
+        raise RecordTooLarge(
+            f"approval record larger than {_ITEM_NAME}",
             tool=record.tool,
             approval_id=record.approval_id,
         ) from None

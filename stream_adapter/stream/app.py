@@ -69,9 +69,8 @@ def build_app(
         # metadata (canonical_url), and Faust refuses 0, which turns our metrics server off.
         **({"web_port": settings.web_port} if settings.web_port else {}),
         producer_acks=-1,
-        # Faust's 1 000 000 is below what the broker admits on tool-calls (~1 MiB), so a big
-        # call could be neither answered nor dead-lettered; a park request carries the call
-        # twice (arguments + base64 original), hence the headroom (docs/chaos.md).
+        # Faust's 1 000 000 is below MAX_RECORD_BYTES, which every record the worker writes
+        # is checked against before it is sent (engine's `check_size`); this stays above it.
         producer_max_request_size=PRODUCER_MAX_REQUEST_BYTES,
         broker_commit_every=1000,
         broker_commit_interval=COMMIT_INTERVAL_S[settings.processing_guarantee],
@@ -153,7 +152,11 @@ def build_app(
         metrics, settings.web_host, settings.web_port, app.stuck_partitions, broker.status
     )
     app.add_service(server.start, server.stop)
-    loop_watch = LoopWatch(executor_codes(executor), stall_s=settings.loop_stall_s)
+    loop_watch = LoopWatch(
+        executor_codes(executor),
+        stall_s=settings.loop_stall_s,
+        session_timeout_s=settings.session_timeout_s,
+    )
 
     async def watch_loop() -> None:
         loop_watch.start()

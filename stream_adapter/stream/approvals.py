@@ -31,7 +31,6 @@ from stream_adapter.approvals import (
     denial,
     expire,
     expiry_due,
-    finish,
     give_up,
     log_expired,
     new_record,
@@ -44,14 +43,17 @@ from stream_adapter.approvals import (
     settled_reply,
     this_process,
 )
-from stream_adapter.envelope import Envelope
+from stream_adapter.envelope import MAX_RECORD_BYTES, Envelope
 from stream_adapter.errors import (
     AdapterError,
     ApprovalConflict,
     ApprovalNotFound,
+    RecordTooLarge,
     ToolNotFound,
     ToolUsageError,
 )
+from stream_adapter.pending import PendingCounts, TooManyPending
+from stream_adapter.record_limits import check_parkable, finish_within
 from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER, DecisionKeys, SignatureError
 from stream_adapter.stream.calls import PARK, RESUME, SWEEP
@@ -59,6 +61,9 @@ from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.engine import Claim, Delivery, DurableTable, Headers, OwnershipLost
 from stream_adapter.stream.faults import APPROVED_DONE, APPROVED_RAN, PARKED, RUNNING, crash_point
 from stream_adapter.stream.tracing import as_headers
+
+TABLE_RECORD_BYTES = MAX_RECORD_BYTES - 1024
+"""Largest approval record value: a changelog record is its approval_id key and this."""
 
 
 class ApprovalTable:
@@ -70,6 +75,8 @@ class ApprovalTable:
 
     def __init__(self, table: DurableTable) -> None:
         self._table = table
+        self.pending = PendingCounts(table.values)
+        """Pending approvals by source in this worker's partitions (MAX_PENDING_PER_SOURCE)."""
 
     def get(self, approval_id: str) -> ApprovalRecord | None:
         raw = self._table.get(approval_id.encode())
@@ -95,13 +102,16 @@ class ApprovalTable:
         outside a transaction are fenced (claim: the ownership the run started under), so a
         worker that lost the partition gets OwnershipLost and writes nothing.
         """
-        await self._table.put(
-            record.approval_id.encode(), record.to_bytes(), partition, now=now, claim=claim
-        )
+        key, value = record.approval_id.encode(), record.to_bytes()
+        before = self._table.get(key)
+        await self._table.put(key, value, partition, now=now, claim=claim)
+        self.pending.changed(before, value)
 
     async def delete(self, approval_id: str, partition: int) -> None:
         """Remove a record: a tombstone on the changelog, written as `put` writes."""
+        before = self._table.get(approval_id.encode())
         await self._table.put(approval_id.encode(), None, partition)
+        self.pending.changed(before, None)
 
 
 def signature_of(keys: DecisionKeys, headers: Mapping[str, bytes]) -> str:
@@ -130,7 +140,11 @@ class ApprovalFlow:
 
     async def process(self, delivery: Delivery) -> None:
         """Bring one request or decision to its terminal, durable outcome; a worker that
-        lost the partition meanwhile writes and answers nothing (its next owner does)."""
+        lost the partition meanwhile writes and answers nothing (its next owner does).
+
+        A record too large to write ends the message with a RecordTooLarge error reply and a
+        dead letter, never a retry that cannot succeed.
+        """
         try:
             await self._process(delivery)
         except OwnershipLost as exc:
@@ -145,7 +159,10 @@ class ApprovalFlow:
     async def _process(self, delivery: Delivery) -> None:
         if delivery.topic == self.ctx.settings.decisions_topic:
             with self._traced("decision", delivery.headers) as trace:
-                await self._decision(delivery, trace)
+                try:
+                    await self._decision(delivery, trace)
+                except RecordTooLarge as exc:
+                    await self.ctx.outputs.dead_letter(delivery, exc, attempts=1)
             return
         request = orjson.loads(delivery.value)
         kind = request["kind"]
@@ -154,10 +171,21 @@ class ApprovalFlow:
             return
         original = Delivery.from_json(request["delivery"])
         with self._traced(kind, as_headers(request.get("traceparent"))) as trace:
-            if kind == PARK:
-                await self._park(request, original, delivery.partition, trace)
-            elif kind == RESUME:
-                await self._resume(request, original, delivery.partition, trace)
+            try:
+                if kind == PARK:
+                    await self._park(request, original, delivery.partition, trace)
+                elif kind == RESUME:
+                    await self._resume(request, original, delivery.partition, trace)
+            except RecordTooLarge as exc:
+                await self.ctx.fail(
+                    original,
+                    exc,
+                    tool=request.get("tool"),
+                    run_id=request["run_id"],
+                    call_id=request["call_id"],
+                    approval_id=exc.approval_id or request.get("approval_id"),
+                    headers=trace,
+                )
 
     def _traced(
         self, name: str, headers: dict[str, bytes], **attributes: Any
@@ -182,6 +210,16 @@ class ApprovalFlow:
         fresh = new_record(envelope, request["tool"], origin=self.origin, agent_key=original.key)
         record = self.table.get(fresh.approval_id)
         if record is None:
+            check_parkable(fresh, TABLE_RECORD_BYTES)  # refused before it could ever run
+            try:
+                self.table.pending.admit(
+                    fresh.source, self.ctx.settings.max_pending_per_source, tool=fresh.tool
+                )
+            except TooManyPending as exc:  # a dead letter and a typed reply; nothing parked
+                await self.ctx.fail(
+                    original, exc, tool=fresh.tool, run_id=fresh.run_id, call_id=fresh.call_id
+                )
+                return
             await self.table.put(fresh, partition)
             crash_point(PARKED)
             logs.event(
@@ -530,8 +568,10 @@ class ApprovalFlow:
             # Outside the transaction too: an abort must not take back an outcome the tool
             # produced, or the redone decision would find the call `running` and answer
             # `unknown` (or run an idempotent tool once more).
+            done = finish_within(running, reply, TABLE_RECORD_BYTES)
+            reply = done.reply or reply
             try:
-                await self.table.put(finish(running, reply), partition, now=True, claim=claim)
+                await self.table.put(done, partition, now=True, claim=claim)
             except OwnershipLost as exc:
                 # The partition changed hands during the run: its owner has the record
                 # (`unknown` once it finds the run dead) and answers; this outcome is dropped.

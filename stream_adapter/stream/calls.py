@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from stream_adapter.envelope import Envelope, parse_envelope
-from stream_adapter.errors import AdapterError
+from stream_adapter.errors import AdapterError, RecordTooLarge
 from stream_adapter.ids import approval_id_for, derive_ids
 from stream_adapter.replies import Reply
 from stream_adapter.stream.context import FlowContext
@@ -25,7 +25,11 @@ SWEEP = "sweep"
 
 
 def park_request(envelope: Envelope, delivery: Delivery) -> dict[str, Any]:
-    """The internal request that parks a confirm call (its arguments already validated)."""
+    """The internal request that parks a confirm call (its arguments already validated).
+
+    It refers to its message by (topic, partition, offset) and key, without the message's
+    bytes: the approvals flow needs only the arguments and ids carried here.
+    """
     return {
         "kind": PARK,
         "tool": envelope.tool,
@@ -34,13 +38,14 @@ def park_request(envelope: Envelope, delivery: Delivery) -> dict[str, Any]:
         "call_id": envelope.call_id,
         "message_id": envelope.message_id,
         "source": envelope.source,
-        "delivery": delivery.to_json(),
+        "delivery": delivery.to_json(value=False),
         "traceparent": traceparent(delivery.headers),
     }
 
 
 def resume_request(envelope: Envelope, delivery: Delivery) -> dict[str, Any]:
-    """The internal request that resumes a decided approval."""
+    """The internal request that resumes a decided approval (its message's bytes for a dead
+    letter, when they are small; a reference otherwise)."""
     return {
         "kind": RESUME,
         "approval_id": envelope.approval_id,
@@ -72,7 +77,17 @@ async def process_call(
             await ctx.fail(delivery, exc, tool=None, run_id=run_id, call_id=call_id)
             return
     if envelope.approval_id is not None:
-        await ctx.outputs.request(envelope.approval_id, resume_request(envelope, delivery))
+        try:
+            await ctx.outputs.request(envelope.approval_id, resume_request(envelope, delivery))
+        except RecordTooLarge as exc:
+            await ctx.fail(
+                delivery,
+                exc,
+                tool=None,
+                run_id=envelope.run_id,
+                call_id=envelope.call_id,
+                approval_id=envelope.approval_id,
+            )
         return
     name = envelope.tool or ""
     try:
@@ -84,7 +99,12 @@ async def process_call(
         return
     if tool.confirm:
         approval_id = approval_id_for(envelope.run_id, envelope.call_id)
-        await ctx.outputs.request(approval_id, park_request(envelope, delivery))
+        try:
+            await ctx.outputs.request(approval_id, park_request(envelope, delivery))
+        except RecordTooLarge as exc:
+            await ctx.fail(
+                delivery, exc, tool=name, run_id=envelope.run_id, call_id=envelope.call_id
+            )
         return
     if ctx.tracing is None:
         await _run(ctx, delivery, envelope, tool, None, failed)
@@ -102,7 +122,10 @@ async def process_call(
 
 async def send_reply(ctx: FlowContext, delivery: Delivery, reply: Reply) -> None:
     """Write the reply of a call that already ran (stream/inline.py hands on big ones)."""
-    await ctx.outputs.reply(reply, message_id=delivery.message_id)
+    try:
+        await ctx.outputs.reply(reply, message_id=delivery.message_id)
+    except RecordTooLarge as exc:
+        await _too_large(ctx, delivery, reply, exc)
     crash_point(CALL_REPLIED)
 
 
@@ -123,7 +146,10 @@ async def _run(
         failed=failed,
     )
     if error is None:
-        await ctx.outputs.reply(reply, message_id=delivery.message_id, headers=trace_headers)
+        try:
+            await ctx.outputs.reply(reply, message_id=delivery.message_id, headers=trace_headers)
+        except RecordTooLarge as exc:
+            await _too_large(ctx, delivery, reply, exc, trace_headers)
         crash_point(CALL_REPLIED)
     else:
         if ctx.tracing is not None:
@@ -137,3 +163,23 @@ async def _run(
             attempts=attempts,
             headers=trace_headers,
         )
+
+
+async def _too_large(
+    ctx: FlowContext,
+    delivery: Delivery,
+    reply: Reply,
+    exc: RecordTooLarge,
+    headers: Headers | None = None,
+) -> None:
+    """A call ran, but its reply is too large to write: its outcome is a small
+    RecordTooLarge error reply and a dead letter of the call (the tool is not run again)."""
+    error = RecordTooLarge(f"the tool ran, but its reply is too large to write: {exc.detail}")
+    await ctx.fail(
+        delivery,
+        error,
+        tool=reply["tool"],
+        run_id=reply["run_id"],
+        call_id=reply["call_id"],
+        headers=headers,
+    )

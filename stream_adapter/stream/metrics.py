@@ -493,6 +493,19 @@ class _LoopCollector(Collector):
         for label, count in sorted(by_label.items()):
             held.add_metric([label], count)
         yield held
+        outlived = CounterMetricFamily(
+            "stream_adapter_event_loop_session_losses",
+            "Times the event loop was held past SESSION_TIMEOUT_S (the group drops the worker), "
+            "by the tool found holding it.",
+            labels=["tool"],
+        )
+        by_label = {}
+        for tool, count in dict(loop.outlived).items():
+            label = tool if tool == NOT_A_TOOL else self._label(tool)
+            by_label[label] = by_label.get(label, 0) + count
+        for label, count in sorted(by_label.items()):
+            outlived.add_metric([label], count)
+        yield outlived
 
 
 class _StallCollector(Collector):

@@ -12,12 +12,15 @@ from typing import Any
 
 import orjson
 
+from stream_adapter.envelope import MAX_ID_CHARS, MAX_RECORD_BYTES
 from stream_adapter.errors import AdapterError
 from stream_adapter.replies import Reply
-from stream_adapter.stream.engine import Delivery, Headers, Sender
+from stream_adapter.stream.engine import Delivery, Headers, Sender, record_size
 from stream_adapter.stream.metrics import Metrics
 
 CONTENT_TYPE = b"application/json"
+MAX_REFERENCE_KEY_BYTES = 4 * MAX_ID_CHARS
+"""A dead letter by reference keeps its original key up to this size (a run_id's, in UTF-8)."""
 
 
 class Outputs:
@@ -44,7 +47,12 @@ class Outputs:
             self.metrics.replied(reply["tool"], reply["status"])
 
     async def dead_letter(self, delivery: Delivery, exc: AdapterError, *, attempts: int) -> None:
-        """Copy the original message, unchanged, to the DLQ; headers say why."""
+        """Copy the original message, unchanged, to the DLQ; headers say why.
+
+        A message too large to copy with its headers (or known here by reference only) goes
+        by reference: no value, its key only when short, and `original: by-reference` with
+        `original-bytes`; the source headers say where to read it while its topic keeps it.
+        """
         headers = [
             ("error-kind", exc.kind.encode()),
             ("error-status", str(exc.status).encode()),
@@ -56,7 +64,14 @@ class Outputs:
             ("message-id", delivery.message_id.encode()),
             ("failed-at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()).encode()),
         ]
-        await self.sender.send(self._dlq, delivery.key, delivery.value, headers)
+        key, value = delivery.key, delivery.value
+        if delivery.by_reference or record_size(key, value, headers) > MAX_RECORD_BYTES:
+            size = delivery.size if delivery.size is not None else len(value)
+            headers.append(("original", b"by-reference"))
+            headers.append(("original-bytes", str(size).encode()))
+            key = key if key is not None and len(key) <= MAX_REFERENCE_KEY_BYTES else None
+            value = b""
+        await self.sender.send(self._dlq, key, value, headers)
         if self.metrics is not None:
             self.metrics.dead_lettered(delivery.topic, exc.kind)
 

@@ -16,6 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from stream_adapter import kafka_clients
+from stream_adapter.envelope import TOPIC_MAX_MESSAGE_BYTES
 from stream_adapter.errors import BrokerError, NotAuthorized
 from stream_adapter.settings import Settings
 
@@ -107,9 +108,14 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     From replication 3 up every topic requires 2 in-sync replicas (`min_insync_replicas`):
     an acks=all write is then on two brokers before it is acknowledged, and one broker may
     be down without refusing writes.
+
+    Every topic admits records of TOPIC_MAX_MESSAGE_BYTES (`max.message.bytes`): a call at
+    the envelope cap, and whatever the worker writes for it within MAX_RECORD_BYTES, which it
+    checks before each send. A lower limit would make the broker refuse what the worker
+    checked (reported as drift).
     """
     p, rf = settings.partitions, settings.replication_factor
-    base: dict[str, str] = {}
+    base: dict[str, str] = {"max.message.bytes": str(TOPIC_MAX_MESSAGE_BYTES)}
     if settings.topic_min_insync is not None:
         base["min.insync.replicas"] = str(settings.topic_min_insync)
     settled_ms = int(settings.settled_retention_s * 1000)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import os
 from typing import Any
 
 from stream_adapter.errors import BrokerError
@@ -28,8 +27,9 @@ def run_worker(settings: Settings) -> None:
     from stream_adapter.logs import configure_logging
     from stream_adapter.stream.engine.worker import run
 
-    # The topology module reads its settings from the environment: pass CLI overrides on.
-    os.environ.update(settings.to_env())
+    # The topology module reads its settings with Settings(): pass CLI overrides on (secrets
+    # in memory only, never in os.environ where tools would inherit them).
+    settings.export()
     settings.tables_dir.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
     app = load_topology(settings)
 

@@ -118,8 +118,9 @@ async def test_resume_of_unknown_approval_is_404_and_dead_letter(
 async def test_decisions_must_be_signed_when_keys_are_configured(
     worker_factory, client: Client, signed_with: str | None
 ) -> None:
-    keys = DecisionKeys.parse("k0:old-secret,k1:new-secret")
-    worker = worker_factory(STREAM_ADAPTER_DECISION_KEYS="k0:old-secret,k1:new-secret")
+    spec = "k0:old-secret-0123456789abcdef0123456789,k1:new-secret-0123456789abcdef0123456789"
+    keys = DecisionKeys.parse(spec)
+    worker = worker_factory(STREAM_ADAPTER_DECISION_KEYS=spec)
     await worker.ready()
     pending = await _park(client)
     approval_id = pending["approval_id"]

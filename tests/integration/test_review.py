@@ -23,7 +23,7 @@ from tests.integration.review_support import (
 )
 
 pytestmark = pytest.mark.integration
-KEYS = "k1:secret"
+KEYS = "k1:review-test-secret-0123456789abcdef"
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from confluent_kafka.admin import (
 
 from stream_adapter import kafka_clients
 from stream_adapter.broker import secure
+from stream_adapter.client import ToolClient
 from stream_adapter.commands import ExitCode
 from stream_adapter.errors import NotAuthorized
 from stream_adapter.ops.acls import Acl
@@ -254,8 +255,8 @@ async def test_worker_review_and_call_run_as_their_principals_over_sasl_ssl(
     secure_broker: secure.SecureBroker, deployment: Settings, tmp_path: Path
 ) -> None:
     """The whole deployment with the documented ACLs and nothing more: an agent calls (the
-    CLI and a client), the worker answers, parks a confirm call, the review service decides
-    it, the worker runs it once."""
+    CLI, ToolClient and a client), the worker answers, parks a confirm call, the review
+    service decides it, the worker runs it once."""
     adapter = as_user(secure_broker, deployment, "adapter")
     review = as_user(secure_broker, deployment, "review").with_changes(
         reviewers_file=tmp_path / "reviewers.json"
@@ -270,6 +271,8 @@ async def test_worker_review_and_call_run_as_their_principals_over_sasl_ssl(
         )
         assert done.returncode == 0, done.stderr
         assert orjson.loads(done.stdout.splitlines()[-1])["result"] == 5
+        async with ToolClient(agents) as tools:  # no consumer group: the agents' ACLs suffice
+            assert (await tools.call("add", {"a": 4, "b": 5}, timeout_s=60))["result"] == 9
 
         token = add_reviewer(review, "ann")
         reviewer = ReviewProcess(review, tmp_path / "review").start()

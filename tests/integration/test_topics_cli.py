@@ -43,7 +43,9 @@ async def test_create_is_idempotent_and_describe_is_clean(
     as_json = _cli(settings, "topics", "describe", "--json")
     rows = {row["topic"]: row for row in map(json.loads, as_json.stdout.splitlines())}
     assert rows[settings.approvals_topic]["partitions"] == settings.partitions  # an int
-    approvals_config = "cleanup.policy=compact, delete.retention.ms=86400000"
+    approvals_config = (
+        "cleanup.policy=compact, delete.retention.ms=86400000, max.message.bytes=1327104"
+    )
     assert rows[settings.approvals_topic]["config"] == approvals_config
     assert all(row["state"] == "ok" and row["drift"] == [] for row in rows.values())
 

@@ -20,7 +20,7 @@ from stream_adapter.stream import faults
 from tests.harness import Client, WorkerProcess, dead_letters, read_all, unique, wait_for
 from tests.integration.review_support import SHORT_RUNS, Api, ReviewProcess, add_reviewer, cli
 
-KEYS = "k1:unknown-outcome-secret"
+KEYS = "k1:unknown-outcome-secret-0123456789abcdef"
 
 
 async def _died(worker: WorkerProcess) -> None:

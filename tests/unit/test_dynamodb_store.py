@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_adapter import BrokerError, ToolUsageError
+from stream_adapter import BrokerError, RecordTooLarge, ToolUsageError
 from stream_adapter.approvals import ApprovalState, Decision, new_record
 from stream_adapter.envelope import parse_envelope
 from stream_adapter.stores.dynamodb import STATE_INDEX, DynamoDBApprovalStore
@@ -105,9 +105,29 @@ async def test_a_record_over_the_item_limit_is_a_clear_413(dynamodb_server: str)
         )
         _, won = await store.claim(small.approval_id)
         assert won
-        with pytest.raises(ToolUsageError):  # a reply too big to keep: said plainly
-            await store.finish(small.approval_id, {"status": "ok", "result": "y" * 500_000})
-        assert (await store.get(small.approval_id)).state is ApprovalState.RUNNING  # type: ignore[union-attr]
+        # A reply too big to keep: the tool ran, so its outcome is a small typed error,
+        # stored, never an exception that leaves the record running with its outcome lost.
+        done = await store.finish(small.approval_id, {"status": "ok", "result": "y" * 500_000})
+        assert done.state is ApprovalState.DONE and done.reply is not None
+        assert done.reply["status"] == "error"
+        assert done.reply["error"]["kind"] == "RecordTooLarge"
+        stored = await store.get(small.approval_id)
+        assert stored is not None and stored.reply == done.reply
+    finally:
+        await store.aclose()
+
+
+async def test_a_call_whose_record_leaves_no_room_is_refused_before_it_can_run(
+    dynamodb_server: str,
+) -> None:
+    store = DynamoDBApprovalStore(a_table(), region_name="eu-west-1", endpoint_url=dynamodb_server)
+    try:
+        # 300 KB fits an item alone, but not with a decision, a resolution and an outcome.
+        tight = a_record('{"blob":"' + "x" * 300_000 + '"}')
+        with pytest.raises(RecordTooLarge) as caught:
+            await store.park(tight)  # type: ignore[arg-type]
+        assert caught.value.status == 413 and "400 KB" in caught.value.detail
+        assert await store.get(tight.approval_id) is None  # type: ignore[attr-defined]
     finally:
         await store.aclose()
 

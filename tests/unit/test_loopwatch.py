@@ -196,3 +196,80 @@ async def test_the_watchdog_wakes_only_when_a_stall_could_be_due(held: Held) -> 
     beats = sum(watch.lag_counts)
     assert 1 <= looks <= beats // 3, (looks, beats)
     assert watch.stalls == {}
+
+
+class Errors(logging.Handler):
+    """ERROR records, and a flag set at the first one."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.tools: list[str] = []
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.tools.append(getattr(record, "tool", NOT_A_TOOL))
+        self.seen.set()
+
+
+@pytest.fixture
+def errors() -> Any:
+    handler = Errors()
+    logger = logging.getLogger("stream_adapter")
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+
+
+async def test_a_hold_past_the_session_timeout_is_an_error_every_time(
+    held: Held, errors: Errors
+) -> None:
+    """A worker's heartbeats run on the loop: past the session timeout the group drops it, and
+    the call runs again elsewhere. Each such hold is named at ERROR, not only the first."""
+    watch = LoopWatch(
+        executor_codes(held.executor), interval_s=0.05, stall_s=0.1, session_timeout_s=0.5
+    )
+    watch.start()
+    try:
+        for _ in range(2):
+            assert await call(held.executor, "hog") == "done"  # holds 0.8 s
+            await settle(watch)
+        await settle(watch)
+        assert watch.outlived == {"hog": 2} and errors.tools == ["hog", "hog"]
+        assert watch.stalls == {"hog": 2}
+    finally:
+        await watch.stop()
+
+
+async def test_a_hold_past_the_session_timeout_is_named_while_it_lasts(
+    held: Held, errors: Errors
+) -> None:
+    @held.executor.registry.tool
+    async def hog_until_error() -> bool:
+        spin(DEADLINE_S, errors.seen.is_set)
+        return errors.seen.is_set()
+
+    watch = LoopWatch(
+        executor_codes(held.executor), interval_s=0.05, stall_s=0.1, session_timeout_s=0.5
+    )
+    watch.start()
+    try:
+        assert await call(held.executor, "hog_until_error") is True
+        await settle(watch)
+        assert errors.tools == ["hog_until_error"] and watch.outlived == {"hog_until_error": 1}
+    finally:
+        await watch.stop()
+
+
+async def test_a_hold_shorter_than_the_session_timeout_is_no_error(
+    held: Held, errors: Errors
+) -> None:
+    watch = LoopWatch(
+        executor_codes(held.executor), interval_s=0.05, stall_s=0.1, session_timeout_s=5.0
+    )
+    watch.start()
+    try:
+        assert await call(held.executor, "hog") == "done"
+        await settle(watch)
+    finally:
+        await watch.stop()
+    assert watch.stalls == {"hog": 1} and watch.outlived == {} and errors.tools == []

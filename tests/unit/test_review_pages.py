@@ -18,7 +18,7 @@ from pydantic import Field
 import topologies.demo
 from stream_adapter.approvals import ApprovalRecord, ApprovalState
 from stream_adapter.commands.tools import topology_tools
-from stream_adapter.review import pages
+from stream_adapter.review import listing, pages
 from stream_adapter.review import web as web_routes
 from stream_adapter.review.auth import ReviewersFile, Sessions
 from stream_adapter.review.catalog import (
@@ -29,7 +29,14 @@ from stream_adapter.review.catalog import (
     unit_of,
 )
 from stream_adapter.review.decide import Decider, DecisionWriter
-from stream_adapter.review.listing import PAGE_SIZE, identical_calls, matches, page_of
+from stream_adapter.review.listing import (
+    PAGE_SIZE,
+    TWINS_SHOWN,
+    IdenticalCalls,
+    Twins,
+    matches,
+    page_of,
+)
 from stream_adapter.review.view import ApprovalsView, Seen
 from stream_adapter.review.web import ReviewService, build_app
 from stream_adapter.settings import Settings
@@ -141,8 +148,12 @@ def test_identical_pending_calls_are_grouped_whatever_the_key_order() -> None:
     b = record(2, arguments={"amount_cents": 5, "customer": "x"})
     c = record(3, arguments={"customer": "x", "amount_cents": 6})
     d = record(4, tool="echo", arguments={"customer": "x", "amount_cents": 5})
-    twins = identical_calls([a, b, c, d])
-    assert twins == {a.approval_id: [b.approval_id], b.approval_id: [a.approval_id]}
+    twins = IdenticalCalls([a, b, c, d])
+    assert twins.twins(a.approval_id) == Twins(1, (b.approval_id,))
+    assert twins.twins(b.approval_id) == Twins(1, (a.approval_id,))
+    assert twins.twins(c.approval_id) == twins.twins(d.approval_id) == Twins()
+    twins.discard(a.approval_id)
+    assert twins.twins(b.approval_id) == Twins()
 
 
 def test_search_matches_every_word_in_ids_tool_key_and_arguments() -> None:
@@ -417,7 +428,7 @@ async def test_a_refused_decision_is_shown_on_the_page_it_came_from(
 def test_catalog_error_is_shown_instead_of_a_description() -> None:
     html = pages.board_fragment(
         page_of([record(1)]),
-        [record(1)],
+        IdenticalCalls([record(1)]).twins,
         [],
         Catalog({}, error="topology x could not load"),
         csrf="c",
@@ -606,3 +617,33 @@ async def test_a_decision_or_resolution_the_worker_refuses_says_so_and_why(
         2, state=ApprovalState.DENIED, reviewer="ann", decided_at="2024-01-01T00:10:00.000Z"
     )
     assert "appr_0002" not in decider.refusals()
+
+
+async def test_a_render_costs_the_page_not_the_identical_pending_calls(
+    signed_in: tuple[Http, str], service: ReviewService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, _ = signed_in
+    flood = 2_000
+    for n in range(flood):  # one call parked again and again under fresh ids
+        approval_id = f"appr_flood_{n:05d}"
+        service.view.records[approval_id] = record(
+            1, approval_id=approval_id, run_id=f"flood-{n}", requested_at="2023-01-01T00:00:00Z"
+        )
+    signatures = 0
+    signature = listing.call_signature
+
+    def counted(r: ApprovalRecord) -> bytes:
+        nonlocal signatures
+        signatures += 1
+        return signature(r)
+
+    monkeypatch.setattr(listing, "call_signature", counted)
+    for path in ("/", "/live?since=-1", "/?page=7", "/approvals/appr_flood_00003"):
+        signatures = 0
+        html = await (await client.get(path)).text()
+        assert signatures <= PAGE_SIZE, path  # nothing is grouped again on a render
+        # Each card names a few of its twins and counts the rest.
+        assert f'data-identical="{flood + 1}"' in html, path
+        assert len(re.findall(r'class="id" href="/approvals/appr_flood_', html)) <= (
+            PAGE_SIZE * TWINS_SHOWN
+        )

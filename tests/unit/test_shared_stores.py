@@ -154,7 +154,8 @@ def test_fifty_concurrent_resumes_from_four_processes_run_once(
     url: str, tmp_path: Path, call: dict[str, Any]
 ) -> None:
     """Non-idempotent or idempotent, one run: a resume meeting the live run of an idempotent
-    tool fails retryably (ToolTimeout) instead of answering an unknown outcome."""
+    tool in another process fails retryably (ApprovalInProgress) instead of answering an
+    unknown outcome; one in the same process waits for it."""
     ledger = tmp_path / "ledger.jsonl"
     approval_id = asyncio.run(_approved(url, call))
     env = child_env(url, ledger)
@@ -176,7 +177,7 @@ def test_fifty_concurrent_resumes_from_four_processes_run_once(
     assert all(child.returncode == 0 for child in children), [err for _, err in outputs]
     statuses = [s for out, _ in outputs for s in json.loads(out.strip().splitlines()[-1])]
     assert len(statuses) == 50
-    busy = "ToolTimeout" if call is INVOICE else "never"
+    busy = "ApprovalInProgress" if call is INVOICE else "never"
     assert statuses.count("ok") == 1
     assert statuses.count("already_done") + statuses.count(busy) == 49
     assert len(ledger.read_text().splitlines()) == 1

@@ -25,7 +25,7 @@ from stream_adapter.signing import (
 from tests.harness import ROOT
 
 VALUE = b'{"approval_id":"appr_1","approved":true,"reviewer":"ann"}'
-SECRET = "s3cr3t-decision-key-canary"
+SECRET = "s3cr3t-decision-key-canary-0123456789"
 
 
 def test_unsigned_decisions_are_refused_by_default() -> None:

@@ -12,7 +12,7 @@ from stream_adapter.stream.engine.claims import Claim, OwnershipLost, PartitionC
 from stream_adapter.stream.engine.connection import faust_connection
 from stream_adapter.stream.engine.keyed import Slots
 from stream_adapter.stream.engine.patches import UnsupportedVersion
-from stream_adapter.stream.engine.producer import BatchSender, RecordBatch, Sender
+from stream_adapter.stream.engine.producer import BatchSender, RecordBatch, Sender, record_size
 from stream_adapter.stream.engine.records import Delivery, Headers, Record, message_id_of
 from stream_adapter.stream.engine.routes import JobRoute, Lane, LaneLinks, Process
 from stream_adapter.stream.engine.stalls import Stall, StallWatch
@@ -42,4 +42,5 @@ __all__ = [
     "UnsupportedVersion",
     "faust_connection",
     "message_id_of",
+    "record_size",
 ]

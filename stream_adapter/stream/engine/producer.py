@@ -13,7 +13,7 @@ to the transactional producer of the input partition the batch's records answer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
 from aiokafka.errors import IllegalOperation
@@ -22,6 +22,9 @@ from aiokafka.structs import TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from stream_adapter import kafka_clients
+from stream_adapter.envelope import MAX_RECORD_BYTES
+from stream_adapter.errors import RecordTooLarge
 from stream_adapter.partitions import known_partitions, partition_count, partition_for
 from stream_adapter.stream.engine.commits.gate import current_section
 from stream_adapter.stream.engine.commits.transactions import TransactionFailed, transactional_id
@@ -39,8 +42,39 @@ class IdempotentProducer(faust_aiokafka.Producer):
         return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
 
 
+def record_size(key: bytes | None, value: bytes | None, headers: Headers | None = None) -> int:
+    """The bytes of a record's key, value and headers (its batch framing aside)."""
+    size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+    for name, data in headers or ():
+        size += len(name) + len(data)
+    return size
+
+
+def check_size(
+    topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
+) -> None:
+    """Raise RecordTooLarge for a record above MAX_RECORD_BYTES, before it is sent: the broker
+    would refuse it, and exactly once that refusal would fail the whole transaction."""
+    size = record_size(key, value, headers)
+    if size > MAX_RECORD_BYTES:
+        raise RecordTooLarge(f"a record of {size} bytes for {topic} exceeds {MAX_RECORD_BYTES}")
+
+
+async def acked(pending: Awaitable[Any], topic: str) -> Any:
+    """The broker's ack of a send; its refusal of a record too large as RecordTooLarge (a
+    topic whose max.message.bytes is below TOPIC_MAX_MESSAGE_BYTES), never a retryable
+    failure."""
+    try:
+        return await pending
+    except kafka_clients.SIZE_ERRORS as exc:
+        raise kafka_clients.kafka_error(exc, f"write {topic}") from None
+
+
 class Sender:
-    """Sends records of the app and waits for each ack; `send` picks the guarantee's way."""
+    """Sends records of the app and waits for each ack; `send` picks the guarantee's way.
+
+    Every record is size-checked first (`check_size`): RecordTooLarge, nothing sent.
+    """
 
     def __init__(self, app: Any) -> None:
         self._app = app
@@ -69,6 +103,7 @@ class Sender:
         partition: int | None = None,
     ) -> None:
         """Send inside the transaction of the message being processed (any partition)."""
+        check_size(topic, key, value, headers)
         source = current_delivery.get(None)
         if source is None:
             raise RuntimeError("a transactional send needs the message being processed")
@@ -96,22 +131,24 @@ class Sender:
             pending = await producer.send(
                 topic, key, value, partition, None, headers, transactional_id=tid
             )
-        await pending
+        await acked(pending, topic)
 
     async def outside_transaction(
         self, topic: str, key: bytes, value: bytes | None, partition: int | None
     ) -> None:
         """Send with the app's plain producer: durable at once, whatever a transaction does."""
+        check_size(topic, key, value)
         producer = self._app.producer
         await producer.maybe_start()
         pending = await producer.send(topic, key, value, partition, None, None)
-        await pending
+        await acked(pending, topic)
 
     async def plain(
         self, topic: str, key: bytes | None, value: bytes, headers: Headers | None
     ) -> None:
         """At-least-once send straight to the aiokafka producer under Faust's (no Faust Topic
         or produce-signal bookkeeping: about a third of the cost of a reply)."""
+        check_size(topic, key, value, headers)
         producer = self._app.producer._ensure_producer()
         partition = None
         if key is not None:
@@ -120,7 +157,7 @@ class Sender:
             if count:
                 partition = partition_for(key, count)
         pending = await producer.send(topic, value, key=key, partition=partition, headers=headers)
-        await pending
+        await acked(pending, topic)
 
 
 Source = tuple[str, int]

@@ -34,6 +34,11 @@ class Record(Protocol):
     def value(self) -> bytes | None: ...
 
 
+INLINE_VALUE_BYTES = 16 << 10
+"""An internal request carries its original message's bytes up to this size; a larger one
+it refers to by (topic, partition, offset), so a request never outgrows the call it hands on."""
+
+
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """One consumed message: where it came from and its raw bytes."""
@@ -44,31 +49,46 @@ class Delivery:
     key: bytes | None
     value: bytes
     headers: dict[str, bytes] = field(default_factory=dict)
+    size: int | None = None
+    """The original value's size when `value` does not hold it (a reference, from a
+    request); None when it does."""
 
     @property
     def message_id(self) -> str:
         """The delivery id: `topic:partition:offset`, stable across redeliveries."""
         return kafka_message_id(self.topic, self.partition, self.offset)
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-safe copy, carried inside internal requests so dead letters keep the bytes."""
-        return {
+    @property
+    def by_reference(self) -> bool:
+        """True when this copy names the message without its bytes."""
+        return self.size is not None
+
+    def to_json(self, *, value: bool = True) -> dict[str, Any]:
+        """A JSON-safe copy, carried inside internal requests: the bytes too when value is
+        true and they are at most INLINE_VALUE_BYTES, else a reference (their size)."""
+        data: dict[str, Any] = {
             "topic": self.topic,
             "partition": self.partition,
             "offset": self.offset,
             "key": None if self.key is None else base64.b64encode(self.key).decode(),
-            "value": base64.b64encode(self.value).decode(),
         }
+        if value and not self.by_reference and len(self.value) <= INLINE_VALUE_BYTES:
+            data["value"] = base64.b64encode(self.value).decode()
+        else:
+            data["size"] = len(self.value) if self.size is None else self.size
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Delivery:
         key = data.get("key")
+        value = data.get("value")
         return cls(
             topic=data["topic"],
             partition=int(data["partition"]),
             offset=int(data["offset"]),
             key=None if key is None else base64.b64decode(key),
-            value=base64.b64decode(data["value"]),
+            value=b"" if value is None else base64.b64decode(value),
+            size=None if value is not None else int(data.get("size", 0)),
         )
 
 

@@ -24,7 +24,7 @@ from faust.types import TP
 
 from stream_adapter.stream.engine.claims import Claim, PartitionClaims, Write
 from stream_adapter.stream.engine.commits.transactions import TransactionGuard
-from stream_adapter.stream.engine.producer import Sender
+from stream_adapter.stream.engine.producer import Sender, acked, check_size
 
 
 class DurableTable:
@@ -79,9 +79,12 @@ class DurableTable:
         None) is acknowledged by the broker.
 
         Exactly once the entry joins the current message's transaction, except with `now`.
-        With claims, a write outside that transaction goes through claim (by default the
-        partition's current one) and raises OwnershipLost once the partition changed hands.
+        RecordTooLarge, nothing written, for a record above MAX_RECORD_BYTES. With claims, a
+        write outside that transaction goes through claim (by default the partition's current
+        one) and raises OwnershipLost once the partition changed hands.
         """
+        topic = self._table.changelog_topic.get_topic_name()
+        check_size(topic, key, value)
         exactly_once = self._sender.exactly_once
         if self._claims is not None and (now or not exactly_once):
             if exactly_once:
@@ -91,11 +94,9 @@ class DurableTable:
             await self._acked(key, value, partition, self._claimed(claim, key, value, partition))
             return
         if not exactly_once:
-            await self._acked(
-                key, value, partition, self._table.send_changelog(partition, key, value)
-            )
+            sent = acked(self._table.send_changelog(partition, key, value), topic)
+            await self._acked(key, value, partition, sent)
             return
-        topic = self._table.changelog_topic.get_topic_name()
         if now:
             for writes in self._staged.values():
                 writes.pop(key, None)
@@ -110,7 +111,7 @@ class DurableTable:
 
     async def _claimed(self, claim: Claim, key: bytes, value: bytes | None, partition: int) -> None:
         topic = self._table.changelog_topic.get_topic_name()
-        [written] = await claim.write([Write(topic, key, value, partition)])
+        [written] = await acked(claim.write([Write(topic, key, value, partition)]), topic)
         store = self._table.data
         if not self._sender.exactly_once and hasattr(store, "set_persisted_offset"):
             # As Faust's own changelog send at least once: restore starts after it.

@@ -1,0 +1,216 @@
+"""`ToolClient`: what an agent uses to call tools over Kafka and wait for their replies.
+
+One producer sends every call (keyed by its run_id, so a run's calls keep their order) and
+one `ReplyReader` reads the replies of every call in flight. Each call carries explicit ids
+(fresh ones unless given), so the client knows the replies partition before it produces, and
+positions the reader there first: no reply can slip past it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from stream_adapter import kafka_clients
+from stream_adapter.client.calls import CallHandle, OnReply, SentCall
+from stream_adapter.client.reader import ReplyReader
+from stream_adapter.envelope import parse_envelope
+from stream_adapter.errors import AdapterError
+from stream_adapter.ids import fresh_id, kafka_message_id
+from stream_adapter.ops.topic import partitions
+from stream_adapter.replies import Reply
+from stream_adapter.settings import Settings
+
+__all__ = ["FOLLOW_SLACK_MS", "ToolClient"]
+
+FOLLOW_SLACK_MS = 60_000
+"""How far before a call's `sent_at_ms` `follow` starts reading: the worker stamps replies
+with its own clock, which may run behind the agent's."""
+
+OnSent = Callable[[SentCall], None]
+"""Given the call's SentCall once it is produced (store it to follow the call after a restart)."""
+
+
+class ToolClient:
+    """Calls tools through the worker: `await client.call("add", {"a": 1, "b": 2})`.
+
+    Use it as an async context manager (or `start()` / `close()`). Safe for any number of
+    concurrent calls on one event loop. Connection, TLS, SASL and compression come from
+    `Settings` (the environment, as for the worker).
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        release_after_s: float = 60.0,
+        headers: Mapping[str, bytes] | None = None,
+    ) -> None:
+        self.settings = settings if settings is not None else Settings()
+        self._release_after_s = release_after_s
+        self._headers = [(k, v) for k, v in (headers or {}).items()]
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._reader: ReplyReader | None = None
+
+    @property
+    def reader(self) -> ReplyReader:
+        """The shared reply reader (started)."""
+        if self._reader is None:
+            raise AdapterError("the ToolClient is not started (use `async with ToolClient()`)")
+        return self._reader
+
+    async def start(self) -> ToolClient:
+        """Connect; a failure is one clear error (AuthenticationFailed, TlsFailed, ...)."""
+        settings = self.settings
+        consumer = kafka_clients.consumer(settings, isolation_level="read_committed")
+        await kafka_clients.start(settings, consumer)
+        self._consumer = consumer
+        try:
+            replies = await partitions(consumer, settings.replies_topic)
+            await partitions(consumer, settings.calls_topic)  # else the producer waits 40 s
+            self._producer = await kafka_clients.start(
+                settings, kafka_clients.producer(settings, linger_ms=1)
+            )
+        except BaseException:
+            await self.close()
+            raise
+        self._reader = ReplyReader(
+            consumer,
+            settings.replies_topic,
+            len(replies),
+            release_after_s=self._release_after_s,
+        )
+        self._reader.start()
+        return self
+
+    async def close(self) -> None:
+        """Stop reading and producing; open handles then fail with an AdapterError."""
+        if self._reader is not None:
+            await self._reader.stop()
+            self._reader = None
+        for client in (self._producer, self._consumer):
+            if client is not None:
+                with contextlib.suppress(Exception):  # closing: nothing left to tell
+                    await client.stop()
+        self._producer = self._consumer = None
+
+    async def __aenter__(self) -> ToolClient:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def send(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        run_id: str | None = None,
+        call_id: str | None = None,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+    ) -> CallHandle:
+        """Produce one call and return the handle that follows its replies.
+
+        The ids are fresh unless given; the Kafka key is the run_id unless given. A call the
+        worker would refuse as malformed is a ToolUsageError here, before anything is sent.
+        """
+        run_id = run_id if run_id is not None else fresh_id("run_")
+        call_id = call_id if call_id is not None else fresh_id("call_")
+        body = {"tool": tool, "arguments": dict(arguments), "run_id": run_id, "call_id": call_id}
+        parse_envelope(body)  # the worker would answer an error: say it before sending
+        reader = self.reader
+        assert self._producer is not None
+        watch = await reader.watch(run_id, call_id)
+        sent_at_ms = time.time_ns() // 1_000_000
+        extra = [(k, v) for k, v in (headers or {}).items()]
+        try:
+            meta = await self._producer.send_and_wait(
+                self.settings.calls_topic,
+                orjson.dumps(body),
+                key=key if key is not None else run_id.encode(),
+                headers=[*self._headers, *extra] or None,
+            )
+        except BaseException as exc:
+            reader.unwatch(watch)
+            if isinstance(exc, KafkaError):
+                raise kafka_clients.kafka_error(exc, f"write {self.settings.calls_topic}") from None
+            raise
+        message_id = kafka_message_id(self.settings.calls_topic, meta.partition, meta.offset)
+        return CallHandle(SentCall(tool, run_id, call_id, message_id, sent_at_ms), reader, watch)
+
+    async def follow(self, sent: SentCall, *, since_ms: int | None = None) -> CallHandle:
+        """A handle on a call sent earlier, by this process or one before it.
+
+        The replies partition is read again from since_ms (epoch milliseconds; by default
+        `FOLLOW_SLACK_MS` before the call was sent), so replies written while no client was
+        reading are found, `pending_approval` included. Needs the topic to keep them
+        (`retention.ms`).
+        """
+        start = sent.sent_at_ms - FOLLOW_SLACK_MS if since_ms is None else since_ms
+        reader = self.reader
+        watch = await reader.watch(sent.run_id, sent.call_id, since_ms=start)
+        return CallHandle(sent, reader, watch)
+
+    async def call(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        run_id: str | None = None,
+        call_id: str | None = None,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        timeout_s: float | None = None,
+        on_pending: OnReply | None = None,
+        on_reply: OnReply | None = None,
+        on_sent: OnSent | None = None,
+    ) -> Reply:
+        """Send a call and return its final reply (see `CallHandle.result`).
+
+        Waits through `pending_approval` (given to on_pending); raises the contract's typed
+        error for an `error` reply, and ReplyTimeout after timeout_s (which spans the wait for
+        a reviewer). Cancelling stops the wait, not the call: a produced call cannot be
+        unsent.
+        """
+        handle = await self.send(
+            tool, arguments, run_id=run_id, call_id=call_id, key=key, headers=headers
+        )
+        try:
+            if on_sent is not None:
+                on_sent(handle.sent)
+            return await handle.result(
+                timeout_s=timeout_s, on_pending=on_pending, on_reply=on_reply
+            )
+        finally:
+            handle.close()
+
+    async def replies(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        run_id: str | None = None,
+        call_id: str | None = None,
+        key: bytes | None = None,
+    ) -> AsyncIterator[Reply]:
+        """Send a call and yield each of its replies as it comes, the final one last (an
+        `error` reply is yielded, not raised)."""
+        async with await self.send(
+            tool, arguments, run_id=run_id, call_id=call_id, key=key
+        ) as handle:
+            async for reply in handle:
+                yield reply
