@@ -1,10 +1,11 @@
 """CI-sized chaos and fuzz runs (the full ones: `stream-adapter chaos|fuzz`, docs/chaos.md).
 
 Chaos: 300 calls, two worker SIGKILLs, each while an approved call runs (one of send_invoice,
-idempotent, one of wire_funds, not), a SIGSTOP past the session timeout while wire_funds runs, one broker kill and restart, scaling 1 -> 2 -> 1, in both
-processing modes, and no duplicate reply for a read_committed reader in exactly-once mode; the
-approved calls of the idempotent tool all end normally, those cut off by a kill too (run again,
-one effect each), the other tool's calls cut off end `unknown`, and no approved call runs twice;
+idempotent, one of wire_funds, not), a SIGSTOP past the session timeout while wire_funds runs,
+one broker kill and restart, scaling 1 -> 2 -> 1, in both processing modes, and no duplicate
+reply for a read_committed reader in exactly-once mode; the approved calls of the idempotent
+tool all end normally, those cut off by a kill too (run again, one effect each), the other
+tool's calls cut off end `unknown`, no approved call runs twice, and none is left in the dark;
 fuzz: a few hundred malformed calls and decisions among valid ones. They run their own broker,
 since the chaos run kills it.
 """
