@@ -205,6 +205,19 @@ class Sent:
     call_id: str
 
 
+def topic_id(settings: Settings, topic: str) -> str:
+    """topic's Kafka topic id (a UUID per incarnation), as confluent-kafka describes it."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    described = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=30)
+    raw = described.topic_id
+    high = raw.get_most_significant_bits() & (2**64 - 1)
+    low = raw.get_least_significant_bits() & (2**64 - 1)
+    return str(uuid.UUID(int=high << 64 | low))
+
+
 class Client:
     """Produces envelopes and decisions; collects replies (and dead letters) by run_id."""
 
@@ -215,6 +228,7 @@ class Client:
         self.replies: list[dict[str, Any]] = []
         self.reply_headers: list[dict[str, bytes]] = []
         self._consumer: Any = None
+        self._scope: str | None = None
 
     async def __aenter__(self) -> Client:
         await kafka_clients.start(self.settings, self.producer)
@@ -255,6 +269,18 @@ class Client:
     def message_id(self, partition: int, offset: int) -> str:
         return f"{self.settings.calls_topic}:{partition}:{offset}"
 
+    @property
+    def scope(self) -> str:
+        """The calls topic's Kafka topic id, which the worker derives ids in (asked once the
+        topic exists, from an independent client)."""
+        if self._scope is None:
+            self._scope = topic_id(self.settings, self.settings.calls_topic)
+        return self._scope
+
+    def forget_scope(self) -> None:
+        """Ask the topic id again (the calls topic was deleted and created again)."""
+        self._scope = None
+
     async def call(
         self,
         tool: str,
@@ -270,7 +296,7 @@ class Client:
 
     def sent(self, partition: int, offset: int, **ids: str) -> Sent:
         message_id = self.message_id(partition, offset)
-        run_id, call_id = derive_ids(message_id, self.settings.source)
+        run_id, call_id = derive_ids(message_id, self.settings.source, self.scope)
         if "run_id" in ids and "call_id" in ids:
             run_id, call_id = ids["run_id"], ids["call_id"]
         return Sent(message_id, partition, offset, run_id, call_id)

@@ -26,6 +26,7 @@ from stream_adapter.errors import AdapterError
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
+from stream_adapter.stream.topics import topic_scope
 
 from .cluster_faults import ClusterControl
 from .environment import create_run_topics, run_settings
@@ -161,6 +162,7 @@ class FuzzRun:
         self, sender: CallSender, started: float, deadline: float, pid: int | None
     ) -> FuzzFigures:
         source = self.settings.source
+        scope = await topic_scope(self.settings, self.settings.calls_topic)
         invoices = [
             CallSpec(
                 "send_invoice",
@@ -199,7 +201,7 @@ class FuzzRun:
             for (kind, item), (p, o) in zip(kinds, await asyncio.gather(*batch), strict=True):
                 if kind == "bad":
                     message_id = f"{calls_topic}:{p}:{o}"
-                    malformed.append((message_id, *expected_ids(item, message_id, source)))
+                    malformed.append((message_id, *expected_ids(item, message_id, source, scope)))
                 elif kind == "valid":
                     valid.append(item)
                 else:
@@ -298,13 +300,13 @@ class FuzzRun:
         )
 
 
-def expected_ids(payload: bytes, message_id: str, source: str) -> tuple[str, str]:
+def expected_ids(payload: bytes, message_id: str, source: str, scope: str) -> tuple[str, str]:
     """The ids a bad call's error reply carries: its own when it parses (an unknown tool, an
     unknown approval), else those derived from its delivery id."""
     try:
-        envelope = parse_envelope(payload, message_id=message_id, source=source)
+        envelope = parse_envelope(payload, message_id=message_id, source=source, scope=scope)
     except AdapterError:
-        return derive_ids(message_id, source)
+        return derive_ids(message_id, source, scope)
     return envelope.run_id, envelope.call_id
 
 

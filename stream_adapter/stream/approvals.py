@@ -39,6 +39,7 @@ from stream_adapter.approvals import (
     parse_reviewer_message,
     rerun,
     retention_due,
+    same_call,
     same_resolution,
     settled_reply,
     this_process,
@@ -53,7 +54,7 @@ from stream_adapter.errors import (
 )
 from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER, DecisionKeys, SignatureError
-from stream_adapter.stream.calls import PARK, RESUME, SWEEP
+from stream_adapter.stream.calls import LEGACY, PARK, RESUME, SWEEP
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.engine import Delivery, DurableTable, Headers
 from stream_adapter.stream.faults import APPROVED_DONE, APPROVED_RAN, PARKED, RUNNING, crash_point
@@ -150,8 +151,20 @@ class ApprovalFlow:
             request["message_id"],
             request["source"],
         )
-        fresh = new_record(envelope, request["tool"], origin=self.origin, agent_key=original.key)
+        fresh = new_record(
+            envelope,
+            request["tool"],
+            origin=self.origin,
+            agent_key=original.key,
+            scope=request.get("scope"),
+        )
+        if LEGACY in request:
+            await self._park_legacy(request, fresh, original, partition, trace)
+            return
         record = self.table.get(fresh.approval_id)
+        if record is not None and not same_call(record, fresh.tool, fresh.arguments, fresh.source):
+            await self._other_call(record, fresh, original, trace)
+            return
         if record is None:
             await self.table.put(fresh, partition)
             crash_point(PARKED)
@@ -178,6 +191,62 @@ class ApprovalFlow:
             )
             return
         await self._answer(record, original, partition, trace)
+
+    async def _park_legacy(
+        self,
+        request: dict[str, Any],
+        fresh: ApprovalRecord,
+        original: Delivery,
+        partition: int,
+        trace: Headers | None,
+    ) -> None:
+        """A park request at the partition of its call's legacy approval id (calls.LEGACY):
+        a record parked there before the upgrade by this very call answers it; else the
+        request goes on to the call's own approval id. A legacy record of the same given ids
+        with another tool, arguments or source is someone else's call: refused."""
+        legacy = request[LEGACY]
+        record = self.table.get(legacy["approval_id"])
+        if record is not None and (record.run_id, record.call_id) == (
+            legacy["run_id"],
+            legacy["call_id"],
+        ):
+            same = same_call(record, fresh.tool, fresh.arguments, fresh.source)
+            if same and (not legacy["derived"] or record.message_id == fresh.message_id):
+                if self.ctx.outputs.exactly_once and record.message_id == fresh.message_id:
+                    return  # answered with the record, as `_park` says
+                await self._answer(record, original, partition, trace)
+                return
+            if not same and not legacy["derived"] and record.source == fresh.source:
+                await self._other_call(record, fresh, original, trace)
+                return
+        onward = {key: value for key, value in request.items() if key != LEGACY}
+        await self.ctx.outputs.request(fresh.approval_id, onward)
+
+    async def _other_call(
+        self,
+        record: ApprovalRecord,
+        fresh: ApprovalRecord,
+        original: Delivery,
+        trace: Headers | None,
+    ) -> None:
+        """A call whose ids name record's call, with another tool, arguments or source."""
+        logs.event(
+            logs.WARNING,
+            "call refused: its ids name another call",
+            tool=record.tool,
+            approval_id=record.approval_id,
+            error_kind=ToolUsageError.kind,
+        )
+        exc = ToolUsageError("run_id and call_id already name a different call")
+        await self.ctx.fail(
+            original,
+            exc,
+            tool=fresh.tool,
+            run_id=fresh.run_id,
+            call_id=fresh.call_id,
+            headers=trace,
+            scope=fresh.scope or "",
+        )
 
     async def _resume(
         self, request: dict[str, Any], original: Delivery, partition: int, trace: Headers | None

@@ -20,6 +20,10 @@ from stream_adapter.stream.metrics import Metrics
 CONTENT_TYPE = b"application/json"
 
 
+SCOPE_HEADER = "source-topic-id"
+"""Dead-letter header: the Kafka topic id of the original's topic, the scope of its ids."""
+
+
 class Outputs:
     """Sends to the replies, dead-letter and approval-request topics, waiting for each ack."""
 
@@ -43,8 +47,11 @@ class Outputs:
         if self.metrics is not None:
             self.metrics.replied(reply["tool"], reply["status"])
 
-    async def dead_letter(self, delivery: Delivery, exc: AdapterError, *, attempts: int) -> None:
-        """Copy the original message, unchanged, to the DLQ; headers say why."""
+    async def dead_letter(
+        self, delivery: Delivery, exc: AdapterError, *, attempts: int, scope: str = ""
+    ) -> None:
+        """Copy the original message, unchanged, to the DLQ; headers say why, and scope (its
+        topic's id, in which its ids were derived) lets a replay keep them."""
         headers = [
             ("error-kind", exc.kind.encode()),
             ("error-status", str(exc.status).encode()),
@@ -56,6 +63,8 @@ class Outputs:
             ("message-id", delivery.message_id.encode()),
             ("failed-at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()).encode()),
         ]
+        if scope:
+            headers.append((SCOPE_HEADER, scope.encode()))
         await self.sender.send(self._dlq, delivery.key, delivery.value, headers)
         if self.metrics is not None:
             self.metrics.dead_lettered(delivery.topic, exc.kind)

@@ -18,6 +18,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from stream_adapter import kafka_clients
 from stream_adapter.errors import BrokerError, NotAuthorized
 from stream_adapter.settings import Settings
+from stream_adapter.stream.engine.topic_ids import topic_ids
 
 _TOPIC_ALREADY_EXISTS = 36
 _NOT_AUTHORIZED = (29, 31)  # topic, cluster authorization failed
@@ -205,6 +206,18 @@ async def create_topics(settings: Settings) -> list[TopicState]:
 def _unsettled(states: Sequence[TopicState], created: set[str]) -> bool:
     """A topic just created does not show as specified yet (missing, or replicas not in sync)."""
     return any(s.problems for s in states if s.spec.name in created)
+
+
+async def topic_scope(settings: Settings, topic: str) -> str:
+    """The scope the worker derives topic's delivery ids in: its Kafka topic id (empty from a
+    broker too old to name one); LookupError when the topic does not exist."""
+    async with _admin(settings) as admin:
+        _, ids = await topic_ids(admin._client)
+    if ids is None:
+        return ""
+    if topic not in ids:
+        raise LookupError(f"topic {topic} not found")
+    return ids[topic]
 
 
 def _admin(settings: Settings) -> AbstractAsyncContextManager[AIOKafkaAdminClient]:
