@@ -382,6 +382,9 @@ class ApprovalFlow:
             )
             await self.ctx.outputs.dead_letter(delivery, exc, attempts=1)
             return
+        if delivery.key != message.approval_id.encode():
+            await self._rekeyed(delivery, message.approval_id)
+            return
         record = self.table.get(message.approval_id)
         if record is None:
             logs.event(
@@ -398,6 +401,20 @@ class ApprovalFlow:
             await self._resolution(record, message, delivery, trace)
         else:
             await self._verdict(record, message, delivery, trace)
+
+    async def _rekeyed(self, delivery: Delivery, approval_id: str) -> None:
+        """Refuse a decision whose Kafka key is not its approval_id: it was read on another
+        partition than its record's, whose changelog would then hold two histories of one
+        record. It goes to the dead-letter topic; the record stays as it is."""
+        logs.event(
+            logs.WARNING,
+            "security: decision refused; its key is not its approval_id",
+            event="decision_rekeyed",
+            approval_id=approval_id[:64],
+            message_id=delivery.message_id,
+        )
+        error = ToolUsageError("decision key is not its approval_id", approval_id=approval_id)
+        await self.ctx.outputs.dead_letter(delivery, error, attempts=1)
 
     async def _verdict(
         self, record: ApprovalRecord, decision: Decision, delivery: Delivery, trace: Headers | None
