@@ -23,6 +23,7 @@ from aiokafka.structs import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from stream_adapter import kafka_clients
+from stream_adapter.approvals import ApprovalRecord, fingerprint
 from stream_adapter.broker.local import free_port
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
@@ -316,7 +317,7 @@ class Client:
         body = {"approval_id": approval_id, "approved": approved, "reviewer": reviewer, **extra}
         value = orjson.dumps(body)
         if signed:
-            signature = DecisionKeys.from_settings(self.settings).sign(value).items()
+            signature = await bound_signature(self.settings, approval_id, value)
             headers = [*(headers or ()), *signature]
         await self.send(
             value, key=approval_id.encode(), topic=self.settings.decisions_topic, headers=headers
@@ -363,6 +364,27 @@ def _matches(reply: dict[str, Any], status: str | None, match: dict[str, Any]) -
     if status is not None and reply.get("status") != status:
         return False
     return all(reply.get(k) == v for k, v in match.items())
+
+
+async def latest_record(settings: Settings, approval_id: str) -> ApprovalRecord | None:
+    """approval_id's latest record on the approvals topic, if any."""
+    found = [
+        m.value
+        for m in await read_all(settings, settings.approvals_topic)
+        if m.key == approval_id.encode()
+    ]
+    return ApprovalRecord.from_bytes(found[-1]) if found and found[-1] is not None else None
+
+
+async def bound_signature(
+    settings: Settings, approval_id: str, value: bytes, keys: DecisionKeys | None = None
+) -> list[tuple[str, bytes]]:
+    """Signature headers for a decision's value, bound to its record as the review service
+    binds them (over the value alone when no record is there)."""
+    record = await latest_record(settings, approval_id)
+    binds = "" if record is None else fingerprint(record)
+    signer = keys or DecisionKeys.from_settings(settings)
+    return list(signer.sign(value, binds=binds).items())
 
 
 async def read_all(where: Settings | str, topic: str, *, timeout_s: float = 10.0) -> list[Any]:

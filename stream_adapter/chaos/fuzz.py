@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from stream_adapter.approvals import ApprovalRecord
 from stream_adapter.envelope import parse_envelope
 from stream_adapter.errors import AdapterError
 from stream_adapter.ids import derive_ids
@@ -238,9 +239,14 @@ class FuzzRun:
         lag = await settle_lag(self.settings, timeout_s=min(120.0, self._remaining(deadline)))
         ran_before = sum(ledger_counts(self.ledger).values())
 
-        # Now the real, signed decisions: each invoice runs once.
+        # Now the real, signed decisions (bound to their records): each invoice runs once.
+        records = {
+            m.key: ApprovalRecord.from_bytes(m.value)
+            for m in await read_topic(self.settings, self.settings.approvals_topic)
+            if m.value is not None
+        }
         for approval_id in pending.values():
-            value, headers = _signed_approval(self.keys, approval_id)
+            value, headers = _signed_approval(self.keys, records[approval_id.encode()])
             await sender.send(
                 value,
                 key=approval_id.encode(),
@@ -310,11 +316,12 @@ def expected_ids(payload: bytes, message_id: str, source: str, scope: str) -> tu
     return envelope.run_id, envelope.call_id
 
 
-def _signed_approval(keys: DecisionKeys, approval_id: str) -> tuple[bytes, Headers]:
+def _signed_approval(keys: DecisionKeys, record: ApprovalRecord) -> tuple[bytes, Headers]:
     from stream_adapter.approvals import Decision
     from stream_adapter.review.decide import decision_message
 
-    return decision_message(Decision(approval_id=approval_id, approved=True, reviewer="fuzz"), keys)
+    decision = Decision(approval_id=record.approval_id, approved=True, reviewer="fuzz")
+    return decision_message(decision, keys, record)
 
 
 async def run_fuzz(

@@ -31,6 +31,7 @@ from stream_adapter.approvals import (
     denial,
     expire,
     expiry_due,
+    fingerprint,
     finish,
     give_up,
     log_expired,
@@ -355,9 +356,19 @@ class ApprovalFlow:
         )
         return unknown
 
-    async def _decision(self, delivery: Delivery, trace: Headers | None) -> None:
+    def _decided_record(self, delivery: Delivery) -> ApprovalRecord | None:
+        """The record a decision names, if it parses and the record is here: its signature
+        must be bound to that record (`approvals.fingerprint`)."""
         try:
-            self.ctx.keys.verify(delivery.value, delivery.headers)
+            return self.table.get(parse_reviewer_message(delivery.value).approval_id)
+        except ToolUsageError:
+            return None
+
+    async def _decision(self, delivery: Delivery, trace: Headers | None) -> None:
+        decided = self._decided_record(delivery)
+        binds = "" if decided is None else fingerprint(decided)
+        try:
+            self.ctx.keys.verify(delivery.value, delivery.headers, binds=binds)
         except SignatureError as exc:
             self._count_decision("unsigned" if exc.reason == "unsigned" else "invalid")
             logs.event(

@@ -8,9 +8,16 @@ from pathlib import Path
 import orjson
 
 from stream_adapter.approvals import ApprovalRecord
-from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.topics import create_topics
-from tests.harness import Client, WorkerProcess, dead_letters, make_settings, read_all, unique
+from tests.harness import (
+    Client,
+    WorkerProcess,
+    bound_signature,
+    dead_letters,
+    make_settings,
+    read_all,
+    unique,
+)
 
 
 async def test_a_rekeyed_decision_is_dead_lettered_and_changes_nothing(
@@ -32,7 +39,7 @@ async def test_a_rekeyed_decision_is_dead_lettered_and_changes_nothing(
             approval_id = pending["approval_id"]
             body = {"approval_id": approval_id, "approved": True, "reviewer": "ann"}
             value = orjson.dumps(body)
-            headers = list(DecisionKeys.from_settings(settings).sign(value).items())
+            headers = await bound_signature(settings, approval_id, value)
             await client.send(
                 value, key=b"another-key", topic=settings.decisions_topic, headers=headers
             )
