@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from stream_adapter.approvals import ApprovalRecord, utc_now
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
-from stream_adapter.stream.topics import create_topics
+from stream_adapter.stream.topics import create_topics, describe_topics
 from tests.harness import Client, WorkerProcess, make_settings, read_all, unique
 
 INVOICE = "send_invoice"
@@ -86,6 +86,28 @@ async def test_a_recreated_calls_topic_gives_a_new_call_its_own_approval(
     records = {r.approval_id: r for r in await _records(settings)}
     assert records[new["approval_id"]].arguments["customer"] == "new-co"
     assert records[old["approval_id"]].arguments["customer"] == "old-co"
+
+
+async def test_topics_describe_warns_of_records_from_an_earlier_incarnation(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    settings = await asyncio.to_thread(_one_partition, kafka_bootstrap, tmp_path)
+    worker = await _worker(settings, tmp_path, "before")
+    try:
+        async with Client(settings) as client:
+            for n in range(3):  # a record of the old topic at offset 2, past the new one's end
+                await client.send(
+                    {"tool": INVOICE, "arguments": {"customer": f"c{n}", "amount_cents": 1}}
+                )
+            await client.wait_replies(lambda rs: len(_pending(client)) == 3)
+    finally:
+        worker.kill()
+    [calls] = [s for s in await describe_topics(settings) if s.spec.name == settings.calls_topic]
+    assert calls.warnings == ()
+    await _recreate(settings, settings.calls_topic)
+    [calls] = [s for s in await describe_topics(settings) if s.spec.name == settings.calls_topic]
+    assert len(calls.warnings) == 1 and calls.warnings[0].startswith("3 approval record(s)")
+    assert calls.problems == []  # a warning, not drift
 
 
 async def test_two_apps_on_two_incarnations_of_a_topic_derive_other_ids(
@@ -166,6 +188,9 @@ async def test_a_call_parked_before_the_upgrade_answers_from_its_record(
             worker.kill()
     assert len(_pending(client)) == 1
     assert {r.approval_id for r in await _records(settings)} == {approval_id}  # no second park
+    # A record that keeps no topic id, of a message the topic still has: not an older one.
+    [calls] = [s for s in await describe_topics(settings) if s.spec.name == settings.calls_topic]
+    assert calls.warnings == ()
 
 
 async def test_the_same_ids_with_other_arguments_are_refused(
