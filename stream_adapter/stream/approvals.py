@@ -53,6 +53,7 @@ from stream_adapter.errors import (
     ToolNotFound,
     ToolUsageError,
 )
+from stream_adapter.ids import legacy_approval_id
 from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER, DecisionKeys, SignatureError
 from stream_adapter.stream.calls import LEGACY, PARK, RESUME, SWEEP
@@ -162,6 +163,9 @@ class ApprovalFlow:
         if LEGACY in request:
             await self._park_legacy(request, fresh, original, partition, trace)
             return
+        if "scope" not in request:  # sent by a worker before scopes: keyed by the legacy id
+            legacy_id = legacy_approval_id(fresh.run_id, fresh.call_id)
+            fresh = fresh.model_copy(update={"approval_id": legacy_id})
         record = self.table.get(fresh.approval_id)
         if record is not None and not same_call(record, fresh.tool, fresh.arguments, fresh.source):
             await self._other_call(record, fresh, original, trace)

@@ -5,17 +5,19 @@ answers from its record, and the same ids with another call are refused (contrac
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from hashlib import blake2b
 from pathlib import Path
 from typing import Any
 
+import orjson
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from stream_adapter.approvals import ApprovalRecord, utc_now
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
-from stream_adapter.stream.topics import create_topics, describe_topics
+from stream_adapter.stream.topics import approval_requests_topic, create_topics, describe_topics
 from tests.harness import Client, WorkerProcess, make_settings, read_all, unique
 
 INVOICE = "send_invoice"
@@ -217,3 +219,43 @@ async def test_the_same_ids_with_other_arguments_are_refused(
     assert second.get("approval_id") != first["approval_id"]
     records = await _records(settings)
     assert {r.arguments["customer"] for r in records} == {"a"}
+
+
+async def test_a_park_request_an_earlier_worker_sent_parks_under_its_legacy_id(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    settings = await asyncio.to_thread(_one_partition, kafka_bootstrap, tmp_path)
+    arguments = {"customer": "acme", "amount_cents": 5}
+    call = {"tool": INVOICE, "arguments": arguments}
+    async with Client(settings) as client:
+        _, offset = await client.send(call)
+        message_id = f"{settings.calls_topic}:0:{offset}"
+        run_id, call_id = derive_ids(message_id, settings.source)  # the old derivation
+        approval_id = _old_approval_id(run_id, call_id)
+        request = {  # as a worker before scopes sent it, keyed by the old approval id
+            "kind": "park",
+            "tool": INVOICE,
+            "arguments": arguments,
+            "run_id": run_id,
+            "call_id": call_id,
+            "message_id": message_id,
+            "source": settings.source,
+            "delivery": {
+                "topic": settings.calls_topic,
+                "partition": 0,
+                "offset": offset,
+                "key": None,
+                "value": base64.b64encode(orjson.dumps(call)).decode(),
+            },
+            "traceparent": None,
+        }
+        await client.send(
+            request, key=approval_id.encode(), topic=approval_requests_topic(settings)
+        )
+        worker = await _worker(settings, tmp_path, "upgraded")
+        try:
+            await client.wait_replies(lambda rs: len(_pending(client)) >= 1)
+            assert {r["approval_id"] for r in _pending(client)} == {approval_id}
+        finally:
+            worker.kill()
+    assert {r.approval_id for r in await _records(settings)} == {approval_id}
