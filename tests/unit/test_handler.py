@@ -241,3 +241,20 @@ async def test_a_record_parked_under_its_legacy_approval_id_answers_its_call(
     reply = await handle_envelope(ex, call, message_id="m", source="sqs")
     assert reply["approval_id"] == old.approval_id
     assert len(await ex.store.list()) == 1
+
+
+async def test_arguments_equal_only_in_python_name_another_call() -> None:
+    """1 and 1.0 (or true) are one value to Python's ==, not to JSON: the same ids with the
+    other one are someone else's call, refused."""
+    reg = ToolRegistry()
+
+    @reg.tool(confirm=True)
+    def weigh(kg: float) -> float:
+        return kg
+
+    ex = Executor(reg, MemoryApprovalStore())
+    ids = b'"run_id":"r","call_id":"c"'
+    first = await handle_envelope(ex, b'{"tool":"weigh","arguments":{"kg":1},%s}' % ids)
+    assert first["status"] == "pending_approval"
+    with pytest.raises(ToolUsageError):
+        await handle_envelope(ex, b'{"tool":"weigh","arguments":{"kg":1.0},%s}' % ids)
