@@ -51,6 +51,10 @@ class Scopes:
             scope = await self._lookup(topic)
         except LookupError as exc:
             raise BrokerError(f"no topic id for {topic}: {exc}", retryable=True) from None
+        except Exception as exc:  # the broker did not answer: the caller asks again later
+            raise BrokerError(
+                f"no topic id for {topic}: {type(exc).__name__}", retryable=True
+            ) from None
         if self._known.get(topic, (0, scope))[1] != scope:
             logs.event(
                 logs.WARNING,
