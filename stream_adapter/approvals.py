@@ -12,6 +12,7 @@ rules.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import os
 import socket
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
+import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from stream_adapter import logs
@@ -52,6 +54,7 @@ __all__ = [
     "expire",
     "expiry",
     "expiry_due",
+    "fingerprint",
     "finish",
     "give_up",
     "instant",
@@ -63,6 +66,7 @@ __all__ = [
     "rerun",
     "retention_due",
     "run_age_s",
+    "same_call",
     "same_resolution",
     "settled_at",
     "settled_reply",
@@ -140,6 +144,9 @@ class ApprovalRecord(BaseModel):
     call_id: str
     source: str = ""
     message_id: str = ""
+    scope: str | None = None
+    """The Kafka topic id of the topic the call came from (its incarnation), when known: a
+    calls topic created again after the record shows as another id (`topics describe`)."""
     agent_key: str | None = None
     """The Kafka key the call arrived with (undecodable bytes backslash-escaped), if any."""
     origin: str
@@ -241,20 +248,53 @@ def new_record(
     origin: str,
     now: str | None = None,
     agent_key: bytes | None = None,
+    scope: str | None = None,
 ) -> ApprovalRecord:
-    """The pending record for a confirm call; its id is derived from the call's ids."""
+    """The pending record for a confirm call; its id is derived from the call's ids and
+    source."""
     return ApprovalRecord(
-        approval_id=approval_id_for(envelope.run_id, envelope.call_id),
+        approval_id=approval_id_for(envelope.run_id, envelope.call_id, envelope.source),
         tool=tool,
         arguments=dict(envelope.arguments),
         run_id=envelope.run_id,
         call_id=envelope.call_id,
         source=envelope.source,
         message_id=envelope.message_id,
+        scope=scope or None,
         agent_key=None if agent_key is None else agent_key.decode("utf-8", "backslashreplace"),
         origin=origin,
         requested_at=now or utc_now(),
     )
+
+
+def _canonical(arguments: Mapping[str, Any]) -> bytes:
+    """arguments as canonical JSON: 1, 1.0 and true differ, as they do to a tool."""
+    return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
+
+
+def same_call(record: ApprovalRecord, tool: str, arguments: Mapping[str, Any], source: str) -> bool:
+    """Whether a call of tool with arguments from source is record's call: the same ids with
+    anything else is someone else's call, never answered from record."""
+    return (
+        record.tool == tool
+        and record.source == source
+        and _canonical(record.arguments) == _canonical(arguments)
+    )
+
+
+def fingerprint(record: ApprovalRecord) -> str:
+    """What a signed decision is bound to: the record's id, when and from which message it was
+    requested, its tool and arguments. A decision signed for one call never applies to another
+    call parked later under the same ids."""
+    h = hashlib.sha256()
+    texts = (record.approval_id, record.requested_at, record.message_id, record.tool)
+    for part in (
+        *(t.encode("utf-8", "surrogatepass") for t in texts),
+        _canonical(record.arguments),
+    ):
+        h.update(b"%d:" % len(part))
+        h.update(part)
+    return h.hexdigest()
 
 
 def apply_decision(

@@ -350,12 +350,17 @@ def _topics(states: list[Any], as_json: bool) -> None:
             "partitions": s.partitions,
             "wanted_partitions": s.spec.partitions,
             "config": ", ".join(f"{k}={v}" for k, v in s.spec.config.items()),
-            "state": "; ".join((["created"] if s.created else []) + s.problems) or "ok",
+            "state": "; ".join((["created"] if s.created else []) + s.problems + list(s.warnings))
+            or "ok",
             "drift": s.problems,
+            "warnings": list(s.warnings),
         }
         for s in states
     ]
     emit(rows, TOPIC_COLUMNS, as_json=as_json)
+    for row in rows:
+        for warning in row["warnings"]:
+            note(f"warning: {row['topic']}: {warning}")
     drifted = [row["topic"] for row in rows if row["drift"]]
     if drifted:
         note(f"{len(drifted)} topic(s) missing or not as specified: {', '.join(drifted)}")

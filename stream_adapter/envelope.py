@@ -163,8 +163,12 @@ def parse_envelope(
     *,
     message_id: str = "",
     source: str = "",
+    scope: str = "",
 ) -> Envelope:
     """Validate payload; a call without ids gets them from (message_id, source), else fresh.
+
+    scope: what makes message_id unique when it can repeat (the Kafka topic id of its topic);
+    it goes into derived ids only (ids.derive_ids).
 
     Raises ToolUsageError for anything that is not exactly one of the two shapes, and for a
     message_id or source that is neither a str nor an int (an int counts as its digits).
@@ -177,7 +181,7 @@ def parse_envelope(
     if len(keys) != 2 or "tool" not in keys or "arguments" not in keys:  # not the usual call
         if keys == _RESUME_KEYS:
             approval_id = _name(obj, "approval_id")
-            run_id, call_id = derive_ids(message_id, source) if message_id else _fresh_pair()
+            run_id, call_id = derive_ids(message_id, source, scope) if message_id else _fresh_pair()
             return Envelope(None, {}, run_id, call_id, approval_id, message_id, source)
         _check_call_keys(keys)
     tool = _name(obj, "tool")
@@ -189,11 +193,11 @@ def parse_envelope(
     if given_run is not None and given_call is not None:
         run_id, call_id = given_run, given_call
     elif given_run is not None:
-        run_id, call_id = given_run, derive_call_id(given_run, message_id, source)
+        run_id, call_id = given_run, derive_call_id(given_run, message_id, source, scope)
     elif given_call is not None:
         run_id, call_id = derive_run_id(given_call, source), given_call
     else:
-        run_id, call_id = derive_ids(message_id, source) if message_id else _fresh_pair()
+        run_id, call_id = derive_ids(message_id, source, scope) if message_id else _fresh_pair()
     return Envelope(tool, arguments, run_id, call_id, None, message_id, source)
 
 

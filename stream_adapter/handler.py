@@ -17,6 +17,7 @@ from stream_adapter.approvals import (
     expiry,
     new_record,
     next_step,
+    same_call,
     settled_reply,
     utc_now,
 )
@@ -34,10 +35,11 @@ from stream_adapter.errors import (
     error_reply,
 )
 from stream_adapter.executor import Executor
+from stream_adapter.ids import legacy_approval_id
 from stream_adapter.replies import Reply, error_reply_body, ok_reply
 from stream_adapter.tools import Tool, ToolNames
 
-__all__ = ["handle_envelope", "record_decision", "rerun_after", "resolve_outcome"]
+__all__ = ["handle_envelope", "park_once", "record_decision", "rerun_after", "resolve_outcome"]
 
 
 async def handle_envelope(
@@ -91,9 +93,9 @@ async def _park(executor: Executor, envelope: Envelope, tool: Tool) -> Reply:
     """Park a confirm call once; a redelivered call answers from its existing record."""
     store = _store(executor, tool.name)
     tool.validate(envelope.arguments)  # a reviewer never sees a call that cannot run
-    record = await store.park(new_record(envelope, tool.name, origin=executor.origin))
+    record = await park_once(store, new_record(envelope, tool.name, origin=executor.origin))
     _owned(executor, record)
-    if record.tool != tool.name or record.arguments != envelope.arguments:
+    if not same_call(record, tool.name, envelope.arguments, envelope.source):
         raise ToolUsageError(
             "run_id and call_id already name a different call", approval_id=record.approval_id
         )
@@ -107,6 +109,15 @@ async def _park(executor: Executor, envelope: Envelope, tool: Tool) -> Reply:
         state=record.state,
     )
     return await _answer(executor, record, tool=tool)
+
+
+async def park_once(store: ApprovalStore, fresh: ApprovalRecord) -> ApprovalRecord:
+    """Park fresh unless its call is parked: the stored record, under its approval id or,
+    written before approval ids named their source, under its legacy id (same source)."""
+    old = await store.get(legacy_approval_id(fresh.run_id, fresh.call_id))
+    if old is not None and old.source == fresh.source:
+        return old
+    return await store.park(fresh)
 
 
 async def _resume(executor: Executor, approval_id: str, tools: ToolNames | None) -> Reply:

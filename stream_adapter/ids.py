@@ -1,4 +1,9 @@
-"""Deterministic, source-namespaced ids: a redelivered message names the same call again."""
+"""Deterministic, source-namespaced ids: a redelivered message names the same call again.
+
+A delivery id that can repeat (a Kafka `topic:partition:offset` after the topic is deleted and
+created again, or on another cluster) is namespaced by a `scope` too: the topic's Kafka topic
+id, a UUID per topic incarnation, so a new message never gets the ids of an old one.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ __all__ = [
     "derive_run_id",
     "fresh_id",
     "kafka_message_id",
+    "legacy_approval_id",
 ]
 
 _PERSON = b"stream-adapter"
@@ -66,22 +72,24 @@ def delivery_text(value: object, name: str) -> str:
     raise ToolUsageError(f"{name} must be a str or an int, not {type(value).__name__}")
 
 
-_ID_PAIRS: dict[str, tuple[blake2b, blake2b]] = {}
-"""derive_ids' two primed hashers per source (few sources, reused for every message)."""
+_ID_PAIRS: dict[tuple[str, str], tuple[blake2b, blake2b]] = {}
+"""derive_ids' two primed hashers per (source, scope) (few, reused for every message)."""
 
 
-def derive_ids(message_id: str, source: str) -> tuple[str, str]:
-    """(run_id, call_id) derived from a delivery id, namespaced by its source.
+def derive_ids(message_id: str, source: str, scope: str = "") -> tuple[str, str]:
+    """(run_id, call_id) derived from a delivery id, namespaced by its source and scope.
 
-    The same two digests as _digest("run"/"call", source, message_id), with the message id
-    encoded once and both primed hashers found in one lookup: this runs for every call that
-    names no ids.
+    The same two digests as _digest("run"/"call", source, [scope,] message_id), with the
+    message id encoded once and both primed hashers found in one lookup: this runs for every
+    call that names no ids. scope (the Kafka topic id of the delivery's topic) makes a
+    delivery id that repeats in another topic incarnation name another call; an empty scope
+    derives the ids as before scopes existed (delivery ids that never repeat).
     """
-    pair = _ID_PAIRS.get(source)
+    pair = _ID_PAIRS.get((source, scope))
     if pair is None:
         if len(_ID_PAIRS) >= _PRIMED_SOURCES:
             _ID_PAIRS.clear()
-        pair = _ID_PAIRS[source] = (_hasher("run", source), _hasher("call", source))
+        pair = _ID_PAIRS[source, scope] = _primed_pair(source, scope)
     tail = _encoded((message_id,))
     run, call = pair[0].copy(), pair[1].copy()
     run.update(tail)
@@ -89,11 +97,24 @@ def derive_ids(message_id: str, source: str) -> tuple[str, str]:
     return "run_" + run.hexdigest(), "call_" + call.hexdigest()
 
 
-def derive_call_id(run_id: str, message_id: str, source: str) -> str:
+def _primed_pair(source: str, scope: str) -> tuple[blake2b, blake2b]:
+    if not scope:
+        return _hasher("run", source), _hasher("call", source)
+    primed = []
+    for kind in ("run", "call"):
+        h = _hasher(kind, source).copy()
+        h.update(_encoded((scope,)))
+        primed.append(h)
+    return primed[0], primed[1]
+
+
+def derive_call_id(run_id: str, message_id: str, source: str, scope: str = "") -> str:
     """The call_id for an envelope that gave only run_id; fresh without a delivery id."""
     if not message_id:
         return fresh_id("call_")
-    return "call_" + _digest("call-of-run", source, message_id, run_id)
+    if not scope:
+        return "call_" + _digest("call-of-run", source, message_id, run_id)
+    return "call_" + _digest("call-of-run", source, scope, message_id, run_id)
 
 
 def derive_run_id(call_id: str, source: str) -> str:
@@ -101,8 +122,15 @@ def derive_run_id(call_id: str, source: str) -> str:
     return "run_" + _digest("run-of-call", source, call_id)
 
 
-def approval_id_for(run_id: str, call_id: str) -> str:
-    """The approval id of a call, so a redelivered confirm call finds its own record."""
+def approval_id_for(run_id: str, call_id: str, source: str) -> str:
+    """The approval id of a call, so a redelivered confirm call finds its own record; two
+    sources that use the same ids never share one."""
+    return "appr_" + _digest("approval", source, run_id, call_id)
+
+
+def legacy_approval_id(run_id: str, call_id: str) -> str:
+    """The approval id records written before approval ids named their source are kept
+    under: a call redelivered across the upgrade answers from its record there."""
     return "appr_" + _digest("approval", run_id, call_id)
 
 

@@ -1,4 +1,9 @@
-"""Decision signing: hex HMAC-SHA256 over a decision's value bytes, keys named for rotation."""
+"""Decision signing: hex HMAC-SHA256 over a decision's value bytes and the fingerprint of the
+record it decides (`approvals.fingerprint`), keys named for rotation.
+
+Bound to its record, a signed decision decides that one call: replayed onto a call parked
+later under the same ids, whose record differs, it is refused.
+"""
 
 from __future__ import annotations
 
@@ -77,17 +82,19 @@ class DecisionKeys:
         """True when decisions can be signed (keys are configured)."""
         return bool(self.keys)
 
-    def sign(self, value: bytes, key_id: str | None = None) -> dict[str, bytes]:
-        """Headers that sign value with key_id (default: the last configured key)."""
+    def sign(self, value: bytes, key_id: str | None = None, *, binds: str = "") -> dict[str, bytes]:
+        """Headers that sign value, bound to the record fingerprint binds, with key_id
+        (default: the last configured key)."""
         key_id = key_id or list(self.keys)[-1]
-        digest = hmac.new(self.keys[key_id], value, hashlib.sha256).hexdigest()
+        digest = _mac(self.keys[key_id], value, binds)
         return {KEY_ID_HEADER: key_id.encode(), SIGNATURE_HEADER: digest.encode()}
 
-    def verify(self, value: bytes, headers: Mapping[str, bytes]) -> None:
-        """Raise SignatureError unless headers sign value with a known key.
+    def verify(self, value: bytes, headers: Mapping[str, bytes], *, binds: str = "") -> None:
+        """Raise SignatureError unless headers sign value, bound to binds, with a known key.
 
         A decision with neither header passes only when unsigned decisions are allowed; one
-        that carries a signature is checked all the same.
+        that carries a signature is checked all the same. A signature over the value alone
+        where one bound to a record is needed is refused as `unbound`.
         """
         key_id = headers.get(KEY_ID_HEADER)
         signature = headers.get(SIGNATURE_HEADER)
@@ -98,9 +105,18 @@ class DecisionKeys:
         secret = self.keys.get(key_id.decode("utf-8", "replace"))
         if secret is None:
             raise SignatureError("unknown key id")
-        expected = hmac.new(secret, value, hashlib.sha256).hexdigest().encode()
-        if not hmac.compare_digest(expected, signature.strip().lower()):
-            raise SignatureError("bad signature")
+        given = signature.strip().lower()
+        if hmac.compare_digest(_mac(secret, value, binds).encode(), given):
+            return
+        if binds and hmac.compare_digest(_mac(secret, value, "").encode(), given):
+            raise SignatureError("unbound")
+        raise SignatureError("bad signature")
+
+
+def _mac(secret: bytes, value: bytes, binds: str) -> str:
+    """The hex HMAC of value, bound to a record fingerprint when binds is given."""
+    message = b"%s\n%s" % (binds.encode(), value) if binds else value
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
 def announce(keys: DecisionKeys, *, decides: bool = True) -> None:

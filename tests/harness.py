@@ -23,6 +23,7 @@ from aiokafka.structs import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from stream_adapter import kafka_clients
+from stream_adapter.approvals import ApprovalRecord, fingerprint
 from stream_adapter.broker.local import free_port
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
@@ -205,6 +206,19 @@ class Sent:
     call_id: str
 
 
+def topic_id(settings: Settings, topic: str) -> str:
+    """topic's Kafka topic id (a UUID per incarnation), as confluent-kafka describes it."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    described = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=30)
+    raw = described.topic_id
+    high = raw.get_most_significant_bits() & (2**64 - 1)
+    low = raw.get_least_significant_bits() & (2**64 - 1)
+    return str(uuid.UUID(int=high << 64 | low))
+
+
 class Client:
     """Produces envelopes and decisions; collects replies (and dead letters) by run_id."""
 
@@ -215,6 +229,7 @@ class Client:
         self.replies: list[dict[str, Any]] = []
         self.reply_headers: list[dict[str, bytes]] = []
         self._consumer: Any = None
+        self._scope: str | None = None
 
     async def __aenter__(self) -> Client:
         await kafka_clients.start(self.settings, self.producer)
@@ -255,6 +270,18 @@ class Client:
     def message_id(self, partition: int, offset: int) -> str:
         return f"{self.settings.calls_topic}:{partition}:{offset}"
 
+    @property
+    def scope(self) -> str:
+        """The calls topic's Kafka topic id, which the worker derives ids in (asked once the
+        topic exists, from an independent client)."""
+        if self._scope is None:
+            self._scope = topic_id(self.settings, self.settings.calls_topic)
+        return self._scope
+
+    def forget_scope(self) -> None:
+        """Ask the topic id again (the calls topic was deleted and created again)."""
+        self._scope = None
+
     async def call(
         self,
         tool: str,
@@ -270,7 +297,7 @@ class Client:
 
     def sent(self, partition: int, offset: int, **ids: str) -> Sent:
         message_id = self.message_id(partition, offset)
-        run_id, call_id = derive_ids(message_id, self.settings.source)
+        run_id, call_id = derive_ids(message_id, self.settings.source, self.scope)
         if "run_id" in ids and "call_id" in ids:
             run_id, call_id = ids["run_id"], ids["call_id"]
         return Sent(message_id, partition, offset, run_id, call_id)
@@ -290,7 +317,7 @@ class Client:
         body = {"approval_id": approval_id, "approved": approved, "reviewer": reviewer, **extra}
         value = orjson.dumps(body)
         if signed:
-            signature = DecisionKeys.from_settings(self.settings).sign(value).items()
+            signature = await bound_signature(self.settings, approval_id, value)
             headers = [*(headers or ()), *signature]
         await self.send(
             value, key=approval_id.encode(), topic=self.settings.decisions_topic, headers=headers
@@ -337,6 +364,27 @@ def _matches(reply: dict[str, Any], status: str | None, match: dict[str, Any]) -
     if status is not None and reply.get("status") != status:
         return False
     return all(reply.get(k) == v for k, v in match.items())
+
+
+async def latest_record(settings: Settings, approval_id: str) -> ApprovalRecord | None:
+    """approval_id's latest record on the approvals topic, if any."""
+    found = [
+        m.value
+        for m in await read_all(settings, settings.approvals_topic)
+        if m.key == approval_id.encode()
+    ]
+    return ApprovalRecord.from_bytes(found[-1]) if found and found[-1] is not None else None
+
+
+async def bound_signature(
+    settings: Settings, approval_id: str, value: bytes, keys: DecisionKeys | None = None
+) -> list[tuple[str, bytes]]:
+    """Signature headers for a decision's value, bound to its record as the review service
+    binds them (over the value alone when no record is there)."""
+    record = await latest_record(settings, approval_id)
+    binds = "" if record is None else fingerprint(record)
+    signer = keys or DecisionKeys.from_settings(settings)
+    return list(signer.sign(value, binds=binds).items())
 
 
 async def read_all(where: Settings | str, topic: str, *, timeout_s: float = 10.0) -> list[Any]:

@@ -127,7 +127,7 @@ def parked(
     run_id, call_id = f"run-{i % 4096}", f"call-{i:09d}"
     arguments = {"customer": f"cust-{i % 1000}", "amount_cents": i + 1}
     call = {"tool": TOOL, "arguments": arguments, "run_id": run_id, "call_id": call_id}
-    approval_id = approval_id_for(run_id, call_id)
+    approval_id = approval_id_for(run_id, call_id, "kafka")
     record = {
         **template,
         "approval_id": approval_id,

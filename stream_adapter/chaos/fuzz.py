@@ -21,11 +21,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from stream_adapter.approvals import ApprovalRecord
 from stream_adapter.envelope import parse_envelope
 from stream_adapter.errors import AdapterError
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
+from stream_adapter.stream.topics import topic_scope
 
 from .cluster_faults import ClusterControl
 from .environment import create_run_topics, run_settings
@@ -161,6 +163,7 @@ class FuzzRun:
         self, sender: CallSender, started: float, deadline: float, pid: int | None
     ) -> FuzzFigures:
         source = self.settings.source
+        scope = await topic_scope(self.settings, self.settings.calls_topic)
         invoices = [
             CallSpec(
                 "send_invoice",
@@ -199,7 +202,7 @@ class FuzzRun:
             for (kind, item), (p, o) in zip(kinds, await asyncio.gather(*batch), strict=True):
                 if kind == "bad":
                     message_id = f"{calls_topic}:{p}:{o}"
-                    malformed.append((message_id, *expected_ids(item, message_id, source)))
+                    malformed.append((message_id, *expected_ids(item, message_id, source, scope)))
                 elif kind == "valid":
                     valid.append(item)
                 else:
@@ -236,9 +239,14 @@ class FuzzRun:
         lag = await settle_lag(self.settings, timeout_s=min(120.0, self._remaining(deadline)))
         ran_before = sum(ledger_counts(self.ledger).values())
 
-        # Now the real, signed decisions: each invoice runs once.
+        # Now the real, signed decisions (bound to their records): each invoice runs once.
+        records = {
+            m.key: ApprovalRecord.from_bytes(m.value)
+            for m in await read_topic(self.settings, self.settings.approvals_topic)
+            if m.value is not None
+        }
         for approval_id in pending.values():
-            value, headers = _signed_approval(self.keys, approval_id)
+            value, headers = _signed_approval(self.keys, records[approval_id.encode()])
             await sender.send(
                 value,
                 key=approval_id.encode(),
@@ -298,21 +306,22 @@ class FuzzRun:
         )
 
 
-def expected_ids(payload: bytes, message_id: str, source: str) -> tuple[str, str]:
+def expected_ids(payload: bytes, message_id: str, source: str, scope: str) -> tuple[str, str]:
     """The ids a bad call's error reply carries: its own when it parses (an unknown tool, an
     unknown approval), else those derived from its delivery id."""
     try:
-        envelope = parse_envelope(payload, message_id=message_id, source=source)
+        envelope = parse_envelope(payload, message_id=message_id, source=source, scope=scope)
     except AdapterError:
-        return derive_ids(message_id, source)
+        return derive_ids(message_id, source, scope)
     return envelope.run_id, envelope.call_id
 
 
-def _signed_approval(keys: DecisionKeys, approval_id: str) -> tuple[bytes, Headers]:
+def _signed_approval(keys: DecisionKeys, record: ApprovalRecord) -> tuple[bytes, Headers]:
     from stream_adapter.approvals import Decision
     from stream_adapter.review.decide import decision_message
 
-    return decision_message(Decision(approval_id=approval_id, approved=True, reviewer="fuzz"), keys)
+    decision = Decision(approval_id=record.approval_id, approved=True, reviewer="fuzz")
+    return decision_message(decision, keys, record)
 
 
 async def run_fuzz(

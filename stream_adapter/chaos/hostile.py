@@ -30,13 +30,14 @@ from rich.table import Table
 
 from stream_adapter.envelope import MAX_ENVELOPE_BYTES
 from stream_adapter.partitions import partition_for
+from stream_adapter.review.view import ApprovalsView
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
 
 from .cluster_faults import ClusterControl
 from .environment import create_run_topics, run_settings
 from .harness import BrokerControl, WorkerPool
-from .load import CallSender, producer_for
+from .load import CallSender, producer_for, wait_for_record
 from .observe import ReplyReader, settle_lag
 from .report import ledger_counts
 
@@ -167,6 +168,8 @@ class HostileRun:
         self.expects: list[Expect] = []
         self.probes: list[str] = []
         self.sender: CallSender | None = None
+        self.view: ApprovalsView | None = None
+        """The approvals topic followed while the run decides: decisions are bound to records."""
         self.waiting = "sending"
         """What the run waits for now (for progress lines)."""
 
@@ -180,7 +183,8 @@ class HostileRun:
         try:
             worker = await self.pool.start("hostile")
             pid = worker.pid
-            figures = await self._hostile(started)
+            async with ApprovalsView(self.settings) as self.view:
+                figures = await self._hostile(started)
             restarts = (worker.starts - 1) + (0 if worker.alive and worker.pid == pid else 1)
             figures.worker_restarts = restarts
             return figures
@@ -229,11 +233,15 @@ class HostileRun:
         return self.reader.by_message.get(message_id, [])
 
     async def _decide(self, approval_id: str, *, key: bytes) -> bytes:
+        """A signed approval bound to approval_id's record, as the review service writes it,
+        sent keyed by key (another key than approval_id makes it a re-keyed decision)."""
         from stream_adapter.approvals import Decision
         from stream_adapter.review.decide import decision_message
 
+        assert self.view is not None
+        record = await wait_for_record(self.view, approval_id)
         decision = Decision(approval_id=approval_id, approved=True, reviewer="hostile")
-        value, headers = decision_message(decision, self.keys)
+        value, headers = decision_message(decision, self.keys, record)
         await self._send(value, key, topic=self.settings.decisions_topic, headers=headers)
         return value
 

@@ -16,7 +16,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from stream_adapter import kafka_clients, logs
-from stream_adapter.approvals import Decision
+from stream_adapter.approvals import ApprovalRecord, Decision
 from stream_adapter.review.decide import decision_message
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
@@ -144,6 +144,21 @@ class CallSender:
         raise AssertionError("unreachable")
 
 
+RECORD_WAIT_S = 120.0
+"""How long the auto-reviewer waits to read a parked call's record before deciding it."""
+
+
+async def wait_for_record(view: Any, approval_id: str) -> ApprovalRecord | None:
+    """approval_id's record once view shows it (None past RECORD_WAIT_S)."""
+
+    def shown(current: Any) -> bool:
+        return current.get(approval_id) is not None
+
+    await view.wait_for(shown, RECORD_WAIT_S)
+    record: ApprovalRecord | None = view.get(approval_id)
+    return record
+
+
 class AutoReviewer:
     """Approves each call that waits for a reviewer once, as its first pending_approval reply
     arrives."""
@@ -171,9 +186,20 @@ class AutoReviewer:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _decide(self) -> None:
+        """Sign each decision bound to its record, as the review service does: the records
+        come from following the approvals topic."""
+        from stream_adapter.review.view import ApprovalsView
+
         topic = self.sender.settings.decisions_topic
-        while True:
-            approval_id = await self._queue.get()
-            decision = Decision(approval_id=approval_id, approved=True, reviewer=REVIEWER)
-            value, headers = decision_message(decision, self.keys)
-            await self.sender.send(value, key=approval_id.encode(), topic=topic, headers=headers)
+        async with ApprovalsView(self.sender.settings) as view:
+            while True:
+                approval_id = await self._queue.get()
+                record = await wait_for_record(view, approval_id)
+                if record is None:
+                    logs.event(logs.WARNING, "no record to decide", approval_id=approval_id)
+                    continue
+                decision = Decision(approval_id=approval_id, approved=True, reviewer=REVIEWER)
+                value, headers = decision_message(decision, self.keys, record)
+                await self.sender.send(
+                    value, key=approval_id.encode(), topic=topic, headers=headers
+                )

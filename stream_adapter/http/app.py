@@ -24,7 +24,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from stream_adapter import logs
-from stream_adapter.approvals import ApprovalRecord, ApprovalState, ApprovalStore, new_record
+from stream_adapter.approvals import (
+    ApprovalRecord,
+    ApprovalState,
+    ApprovalStore,
+    new_record,
+    same_call,
+)
 from stream_adapter.backend import Backend, executor_of
 from stream_adapter.envelope import MAX_ENVELOPE_BYTES, MAX_ID_CHARS, parse_envelope
 from stream_adapter.errors import (
@@ -35,7 +41,7 @@ from stream_adapter.errors import (
     problem,
 )
 from stream_adapter.executor import Executor
-from stream_adapter.handler import handle_envelope, record_decision, resolve_outcome
+from stream_adapter.handler import handle_envelope, park_once, record_decision, resolve_outcome
 from stream_adapter.http.credentials import BearerTokens, bearer_token
 from stream_adapter.replies import Reply, ok_reply
 from stream_adapter.review.auth import (
@@ -197,12 +203,9 @@ class ToolServer:
         if store is None:
             raise ToolFailed("this server has no approval store", tool=tool.name)
         tool.validate(envelope.arguments)  # a reviewer never sees a call that cannot run
-        record = await store.park(new_record(envelope, tool.name, origin=self.origin))
-        if (
-            record.origin != self.origin
-            or record.source != source
-            or record.tool != tool.name
-            or record.arguments != envelope.arguments
+        record = await park_once(store, new_record(envelope, tool.name, origin=self.origin))
+        if record.origin != self.origin or not same_call(
+            record, tool.name, envelope.arguments, source
         ):
             raise ToolUsageError("run_id and call_id already name a different call", tool=tool.name)
         logs.event(

@@ -23,6 +23,7 @@ from stream_adapter.ids import kafka_message_id
 from stream_adapter.ops.topic import consumer, partitions, producer, started
 from stream_adapter.replies import Reply
 from stream_adapter.settings import Settings
+from stream_adapter.stream.topics import topic_scope
 
 PENDING = "pending_approval"
 
@@ -90,7 +91,8 @@ async def call(
             except KafkaError as exc:
                 raise kafka_clients.kafka_error(exc, f"write {settings.calls_topic}") from None
         message_id = kafka_message_id(settings.calls_topic, meta.partition, meta.offset)
-        envelope = parse_envelope(body, message_id=message_id, source=settings.source)
+        scope = await topic_scope(settings, settings.calls_topic)
+        envelope = parse_envelope(body, message_id=message_id, source=settings.source, scope=scope)
         result = CallResult(message_id, envelope.run_id, envelope.call_id)
         if on_sent is not None:
             on_sent(result)

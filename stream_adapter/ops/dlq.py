@@ -2,7 +2,8 @@
 
 A dead letter holds the original message's bytes and key; its headers say why it failed and
 where it came from (contract §10). A replay re-derives the ids the worker gave the original
-delivery (`derive_ids(message-id, source)`, via `parse_envelope`) and publishes the envelope
+delivery (`derive_ids(message-id, source, scope)`, via `parse_envelope`, with the scope its
+`source-topic-id` header names: none on letters written before scopes) and publishes the envelope
 with those ids spelled out, so the replayed call is the same call: its reply carries the
 original run_id and call_id, a confirm call finds its own approval record, and tools that key
 side effects on call_id stay idempotent.
@@ -28,6 +29,9 @@ from stream_adapter.envelope import parse_envelope
 from stream_adapter.errors import ToolUsageError
 from stream_adapter.ops.topic import producer, read_to_end, require_topic, started
 from stream_adapter.settings import Settings
+
+SCOPE_HEADER = "source-topic-id"
+"""Dead-letter header naming the scope the original's ids were derived in (its topic's id)."""
 
 REPLAY_HEADER = "replay-of"
 """Header on a replayed call naming the dead letter's original delivery id."""
@@ -106,7 +110,10 @@ def replay_value(settings: Settings, letter: DeadLetter) -> bytes:
         raise ReplaySkipped("original too large to copy (read it at its source offset)")
     try:
         envelope = parse_envelope(
-            letter.value, message_id=letter.message_id, source=settings.source
+            letter.value,
+            message_id=letter.message_id,
+            source=settings.source,
+            scope=letter.headers.get(SCOPE_HEADER, ""),
         )
     except ToolUsageError:
         raise ReplaySkipped("original is not a valid envelope") from None

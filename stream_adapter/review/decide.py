@@ -23,6 +23,7 @@ from stream_adapter.approvals import (
     Decision,
     Resolution,
     check_run_over,
+    fingerprint,
     parse_reviewer_message,
     utc_now,
 )
@@ -37,13 +38,15 @@ MAX_REFUSALS = 50
 
 
 def decision_message(
-    decision: Decision | Resolution, keys: DecisionKeys
+    decision: Decision | Resolution, keys: DecisionKeys, record: ApprovalRecord | None
 ) -> tuple[bytes, list[tuple[str, bytes]]]:
     """The value bytes and headers of a decision or resolution; signed when keys are
-    configured. A resolution keeps `result` even when it is null. ToolUsageError when the
+    configured, bound to the record it decides (`approvals.fingerprint`), so it decides that
+    call only. A resolution keeps `result` even when it is null. ToolUsageError when the
     worker would refuse the value (checked with the worker's own parser and limits)."""
     value = checked_value(decision)
-    headers = list(keys.sign(value).items()) if keys.required else []
+    binds = "" if record is None else fingerprint(record)
+    headers = list(keys.sign(value, binds=binds).items()) if keys.required else []
     return value, headers
 
 
@@ -85,10 +88,10 @@ class DecisionWriter:
             await self._producer.stop()
             self._producer = None
 
-    async def write(self, decision: Decision | Resolution) -> None:
-        """Produce decision and wait for the broker's acknowledgement."""
+    async def write(self, decision: Decision | Resolution, record: ApprovalRecord) -> None:
+        """Produce decision on record and wait for the broker's acknowledgement."""
         assert self._producer is not None, "start() first"
-        value, headers = decision_message(decision, self.keys)
+        value, headers = decision_message(decision, self.keys, record)
         try:
             await self._producer.send_and_wait(
                 self.settings.decisions_topic,
@@ -198,7 +201,7 @@ class Decider:
         wait_s: float = LANDED_TIMEOUT_S,
     ) -> Outcome:
         """Write a decision on a pending record and wait up to wait_s for the table to show it."""
-        self.check(approval_id)  # no await between the check and the mark below
+        record = self.check(approval_id)  # no await between the check and the mark below
         try:
             decision = Decision(
                 approval_id=approval_id,
@@ -214,7 +217,7 @@ class Decider:
         self._refused.pop(approval_id, None)
         written = False
         try:
-            await self.writer.write(decision)
+            await self.writer.write(decision, record)
             written = True
         finally:
             if not written:  # whatever failed, nothing is on its way
@@ -233,14 +236,14 @@ class Decider:
 
         if not await self.view.wait_for(landed, wait_s):
             return Outcome(decision, None)
-        record = self.view.get(approval_id)
-        assert record is not None
-        if record.reviewer != reviewer or (record.state is ApprovalState.DENIED) == approved:
+        decided = self.view.get(approval_id)
+        assert decided is not None
+        if decided.reviewer != reviewer or (decided.state is ApprovalState.DENIED) == approved:
             raise ApprovalConflict(
-                f"another decision came first: {record.state} by {record.reviewer}",
+                f"another decision came first: {decided.state} by {decided.reviewer}",
                 approval_id=approval_id,
             )
-        return Outcome(decision, record)
+        return Outcome(decision, decided)
 
     def resolution_sent(self, approval_id: str) -> Resolution | None:
         """The resolution this process wrote for approval_id and the view does not show yet."""
@@ -318,12 +321,13 @@ class Decider:
             raise ToolUsageError("a reason is at most 4096 characters") from None
         checked_value(resolution)  # refused here, before anything is marked as sent
         current = self.view.get(approval_id)
-        self._resolved_before[approval_id] = None if current is None else current.resolved_at
+        assert current is not None  # check_unknown found it, and nothing was awaited since
+        self._resolved_before[approval_id] = current.resolved_at
         self._resolving[approval_id] = resolution
         self._refused.pop(approval_id, None)
         written = False
         try:
-            await self.writer.write(resolution)
+            await self.writer.write(resolution, current)
             written = True
         finally:
             if not written:  # whatever failed, nothing is on its way

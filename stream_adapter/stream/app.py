@@ -32,6 +32,7 @@ from stream_adapter.stream.engine import (
 from stream_adapter.stream.inline import inline_lane
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.outputs import Outputs
+from stream_adapter.stream.scopes import Scopes
 from stream_adapter.stream.sweeper import Sweeper
 from stream_adapter.stream.topics import approval_requests_topic
 from stream_adapter.stream.tracing import build_tracing
@@ -131,6 +132,7 @@ def build_app(
         metrics=metrics,
         tracing=build_tracing(settings.otel_enabled, settings.app_id),
         tool_slots=Slots(settings.max_in_flight),
+        scopes=Scopes(sender.topic_scope, lambda: app.assignments),
     )
     flow = ApprovalFlow(ctx, ApprovalTable(approvals_store), origin=f"kafka:{settings.app_id}")
 

@@ -31,6 +31,7 @@ from stream_adapter.approvals import (
     denial,
     expire,
     expiry_due,
+    fingerprint,
     give_up,
     log_expired,
     new_record,
@@ -39,6 +40,7 @@ from stream_adapter.approvals import (
     rerun,
     retention_due,
     run_limit_s,
+    same_call,
     same_resolution,
     settled_reply,
     this_process,
@@ -52,11 +54,12 @@ from stream_adapter.errors import (
     ToolNotFound,
     ToolUsageError,
 )
+from stream_adapter.ids import legacy_approval_id
 from stream_adapter.pending import PendingCounts, TooManyPending
 from stream_adapter.record_limits import check_parkable, finish_within
 from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER, DecisionKeys, SignatureError
-from stream_adapter.stream.calls import PARK, RESUME, SWEEP
+from stream_adapter.stream.calls import LEGACY, PARK, RESUME, SWEEP
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.engine import Claim, Delivery, DurableTable, Headers, OwnershipLost
 from stream_adapter.stream.faults import APPROVED_DONE, APPROVED_RAN, PARKED, RUNNING, crash_point
@@ -207,8 +210,23 @@ class ApprovalFlow:
             request["message_id"],
             request["source"],
         )
-        fresh = new_record(envelope, request["tool"], origin=self.origin, agent_key=original.key)
+        fresh = new_record(
+            envelope,
+            request["tool"],
+            origin=self.origin,
+            agent_key=original.key,
+            scope=request.get("scope"),
+        )
+        if LEGACY in request:
+            await self._park_legacy(request, fresh, original, partition, trace)
+            return
+        if "scope" not in request:  # sent by a worker before scopes: keyed by the legacy id
+            legacy_id = legacy_approval_id(fresh.run_id, fresh.call_id)
+            fresh = fresh.model_copy(update={"approval_id": legacy_id})
         record = self.table.get(fresh.approval_id)
+        if record is not None and not same_call(record, fresh.tool, fresh.arguments, fresh.source):
+            await self._other_call(record, fresh, original, trace)
+            return
         if record is None:
             check_parkable(fresh, TABLE_RECORD_BYTES)  # refused before it could ever run
             try:
@@ -245,6 +263,62 @@ class ApprovalFlow:
             )
             return
         await self._answer(record, original, partition, trace)
+
+    async def _park_legacy(
+        self,
+        request: dict[str, Any],
+        fresh: ApprovalRecord,
+        original: Delivery,
+        partition: int,
+        trace: Headers | None,
+    ) -> None:
+        """A park request at the partition of its call's legacy approval id (calls.LEGACY):
+        a record parked there before the upgrade by this very call answers it; else the
+        request goes on to the call's own approval id. A legacy record of the same given ids
+        with another tool, arguments or source is someone else's call: refused."""
+        legacy = request[LEGACY]
+        record = self.table.get(legacy["approval_id"])
+        if record is not None and (record.run_id, record.call_id) == (
+            legacy["run_id"],
+            legacy["call_id"],
+        ):
+            same = same_call(record, fresh.tool, fresh.arguments, fresh.source)
+            if same and (not legacy["derived"] or record.message_id == fresh.message_id):
+                if self.ctx.outputs.exactly_once and record.message_id == fresh.message_id:
+                    return  # answered with the record, as `_park` says
+                await self._answer(record, original, partition, trace)
+                return
+            if not same and not legacy["derived"] and record.source == fresh.source:
+                await self._other_call(record, fresh, original, trace)
+                return
+        onward = {key: value for key, value in request.items() if key != LEGACY}
+        await self.ctx.outputs.request(fresh.approval_id, onward)
+
+    async def _other_call(
+        self,
+        record: ApprovalRecord,
+        fresh: ApprovalRecord,
+        original: Delivery,
+        trace: Headers | None,
+    ) -> None:
+        """A call whose ids name record's call, with another tool, arguments or source."""
+        logs.event(
+            logs.WARNING,
+            "call refused: its ids name another call",
+            tool=record.tool,
+            approval_id=record.approval_id,
+            error_kind=ToolUsageError.kind,
+        )
+        exc = ToolUsageError("run_id and call_id already name a different call")
+        await self.ctx.fail(
+            original,
+            exc,
+            tool=fresh.tool,
+            run_id=fresh.run_id,
+            call_id=fresh.call_id,
+            headers=trace,
+            scope=fresh.scope or "",
+        )
 
     async def _resume(
         self, request: dict[str, Any], original: Delivery, partition: int, trace: Headers | None
@@ -353,9 +427,19 @@ class ApprovalFlow:
         )
         return unknown
 
-    async def _decision(self, delivery: Delivery, trace: Headers | None) -> None:
+    def _decided_record(self, delivery: Delivery) -> ApprovalRecord | None:
+        """The record a decision names, if it parses and the record is here: its signature
+        must be bound to that record (`approvals.fingerprint`)."""
         try:
-            self.ctx.keys.verify(delivery.value, delivery.headers)
+            return self.table.get(parse_reviewer_message(delivery.value).approval_id)
+        except ToolUsageError:
+            return None
+
+    async def _decision(self, delivery: Delivery, trace: Headers | None) -> None:
+        decided = self._decided_record(delivery)
+        binds = "" if decided is None else fingerprint(decided)
+        try:
+            self.ctx.keys.verify(delivery.value, delivery.headers, binds=binds)
         except SignatureError as exc:
             self._count_decision("unsigned" if exc.reason == "unsigned" else "invalid")
             logs.event(
@@ -380,6 +464,9 @@ class ApprovalFlow:
             )
             await self.ctx.outputs.dead_letter(delivery, exc, attempts=1)
             return
+        if delivery.key != message.approval_id.encode():
+            await self._rekeyed(delivery, message.approval_id)
+            return
         record = self.table.get(message.approval_id)
         if record is None:
             logs.event(
@@ -396,6 +483,20 @@ class ApprovalFlow:
             await self._resolution(record, message, delivery, trace)
         else:
             await self._verdict(record, message, delivery, trace)
+
+    async def _rekeyed(self, delivery: Delivery, approval_id: str) -> None:
+        """Refuse a decision whose Kafka key is not its approval_id: it was read on another
+        partition than its record's, whose changelog would then hold two histories of one
+        record. It goes to the dead-letter topic; the record stays as it is."""
+        logs.event(
+            logs.WARNING,
+            "security: decision refused; its key is not its approval_id",
+            event="decision_rekeyed",
+            approval_id=approval_id[:64],
+            message_id=delivery.message_id,
+        )
+        error = ToolUsageError("decision key is not its approval_id", approval_id=approval_id)
+        await self.ctx.outputs.dead_letter(delivery, error, attempts=1)
 
     async def _verdict(
         self, record: ApprovalRecord, decision: Decision, delivery: Delivery, trace: Headers | None

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from stream_adapter.envelope import Envelope, parse_envelope
 from stream_adapter.errors import AdapterError, RecordTooLarge
-from stream_adapter.ids import approval_id_for, derive_ids
+from stream_adapter.ids import approval_id_for, derive_ids, legacy_approval_id
 from stream_adapter.replies import Reply
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.engine import Delivery, Headers
@@ -24,14 +26,16 @@ RESUME = "resume"
 SWEEP = "sweep"
 
 
-def park_request(envelope: Envelope, delivery: Delivery) -> dict[str, Any]:
+def park_request(envelope: Envelope, delivery: Delivery, scope: str = "") -> dict[str, Any]:
     """The internal request that parks a confirm call (its arguments already validated).
 
     It refers to its message by (topic, partition, offset) and key, without the message's
-    bytes: the approvals flow needs only the arguments and ids carried here.
+    bytes: the approvals flow needs only the arguments and ids carried here. scope is the
+    calls topic's id, in which the call's ids were derived.
     """
     return {
         "kind": PARK,
+        "scope": scope,
         "tool": envelope.tool,
         "arguments": dict(envelope.arguments),
         "run_id": envelope.run_id,
@@ -56,6 +60,30 @@ def resume_request(envelope: Envelope, delivery: Delivery) -> dict[str, Any]:
     }
 
 
+LEGACY = "legacy"
+"""The park request's ids as a worker before scoped ids and source-named approval ids
+derived them: it goes first to that record's partition, so a call redelivered across the
+upgrade answers from the record it parked then (stream/approvals.py `_park`)."""
+
+
+def legacy_park(envelope: Envelope, delivery: Delivery) -> dict[str, Any] | None:
+    """The call's legacy ids and approval id (see LEGACY); None for a call that could not have
+    been parked before (not from a delivery)."""
+    if not delivery.message_id:
+        return None
+    try:
+        old = parse_envelope(delivery.value, message_id=delivery.message_id, source=envelope.source)
+    except AdapterError:
+        return None
+    given = orjson.loads(delivery.value)
+    return {
+        "approval_id": legacy_approval_id(old.run_id, old.call_id),
+        "run_id": old.run_id,
+        "call_id": old.call_id,
+        "derived": "run_id" not in given or "call_id" not in given,
+    }
+
+
 async def process_call(
     ctx: FlowContext,
     delivery: Delivery,
@@ -69,11 +97,14 @@ async def process_call(
     call, made inline (both from stream/inline.py).
     """
     source = ctx.settings.source
+    scope = await ctx.scope(delivery.topic)
     if envelope is None:
         try:
-            envelope = parse_envelope(delivery.value, message_id=delivery.message_id, source=source)
+            envelope = parse_envelope(
+                delivery.value, message_id=delivery.message_id, source=source, scope=scope
+            )
         except AdapterError as exc:
-            run_id, call_id = derive_ids(delivery.message_id, source)
+            run_id, call_id = derive_ids(delivery.message_id, source, scope)
             await ctx.fail(delivery, exc, tool=None, run_id=run_id, call_id=call_id)
             return
     if envelope.approval_id is not None:
@@ -98,9 +129,15 @@ async def process_call(
         await ctx.fail(delivery, exc, tool=name, run_id=envelope.run_id, call_id=envelope.call_id)
         return
     if tool.confirm:
-        approval_id = approval_id_for(envelope.run_id, envelope.call_id)
+        request = park_request(envelope, delivery, scope)
+        legacy = legacy_park(envelope, delivery)
+        if legacy is None:
+            approval_id = approval_id_for(envelope.run_id, envelope.call_id, envelope.source)
+        else:
+            request[LEGACY] = legacy
+            approval_id = legacy["approval_id"]
         try:
-            await ctx.outputs.request(approval_id, park_request(envelope, delivery))
+            await ctx.outputs.request(approval_id, request)
         except RecordTooLarge as exc:
             await ctx.fail(
                 delivery, exc, tool=name, run_id=envelope.run_id, call_id=envelope.call_id

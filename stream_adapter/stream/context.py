@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.engine import Delivery, Headers, Slots
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.outputs import Outputs
+from stream_adapter.stream.scopes import Scopes
 from stream_adapter.stream.tracing import Tracing
 from stream_adapter.tools import Tool
 
@@ -34,6 +36,27 @@ class FlowContext:
     """None unless OpenTelemetry is enabled: the flows then skip every tracing step."""
     tool_slots: Slots = field(default_factory=lambda: Slots(64))
     """At most max_in_flight tools run at once; waiting for acks or backoff holds no slot."""
+    scopes: Scopes | None = None
+    """The topic ids that make delivery ids unique (ids.derive_ids); None: no scope."""
+
+    async def scope(self, topic: str) -> str:
+        """The scope of topic's delivery ids: its topic id, waiting while the broker cannot
+        name it (a call's ids must not change, so it is never derived without)."""
+        if self.scopes is None:
+            return ""
+        scope = self.scopes.current(topic)
+        if scope is not None:
+            return scope
+        delay = 0.2
+        while True:
+            try:
+                return await self.scopes.get(topic)
+            except AdapterError as exc:
+                logs.event(
+                    logs.WARNING, "topic id unknown; waiting", topic=topic, error_kind=exc.kind
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def run(
         self,
@@ -97,10 +120,12 @@ class FlowContext:
         approval_id: str | None = None,
         attempts: int = 1,
         headers: Headers | None = None,
+        scope: str | None = None,
     ) -> None:
         """The terminal path of a failed message: a dead letter and an error reply.
 
         headers (trace context) are added to the error reply; the dead letter's are §10's.
+        scope: the scope of delivery's ids (default: its topic's, when known here).
         """
         logs.event(
             logs.WARNING,
@@ -117,5 +142,7 @@ class FlowContext:
             exc, tool=tool, run_id=run_id, call_id=call_id, approval_id=approval_id
         )
         # The dead letter first: whoever sees the error reply can already find it.
-        await self.outputs.dead_letter(delivery, exc, attempts=attempts)
+        if scope is None and self.scopes is not None:
+            scope = self.scopes.current(delivery.topic)
+        await self.outputs.dead_letter(delivery, exc, attempts=attempts, scope=scope or "")
         await self.outputs.reply(body, message_id=delivery.message_id, headers=headers)

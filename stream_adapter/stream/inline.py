@@ -159,8 +159,13 @@ class InlineCalls:
         """Run the call if it can be run here; None when done, else what to hand on."""
         ctx = self._ctx
         message_id = message_id_of(message)
+        scope = "" if ctx.scopes is None else ctx.scopes.current(message.topic)
+        if scope is None:
+            return NOT_INLINE  # the call flow learns the topic's id first
         try:
-            envelope = parse_envelope(message.value, message_id=message_id, source=self._source)
+            envelope = parse_envelope(
+                message.value, message_id=message_id, source=self._source, scope=scope
+            )
         except AdapterError:
             return NOT_INLINE
         tool = self._tool(envelope.tool) if envelope.approval_id is None else None

@@ -23,6 +23,10 @@ MAX_REFERENCE_KEY_BYTES = 4 * MAX_ID_CHARS
 """A dead letter by reference keeps its original key up to this size (a run_id's, in UTF-8)."""
 
 
+SCOPE_HEADER = "source-topic-id"
+"""Dead-letter header: the Kafka topic id of the original's topic, the scope of its ids."""
+
+
 class Outputs:
     """Sends to the replies, dead-letter and approval-request topics, waiting for each ack."""
 
@@ -46,8 +50,11 @@ class Outputs:
         if self.metrics is not None:
             self.metrics.replied(reply["tool"], reply["status"])
 
-    async def dead_letter(self, delivery: Delivery, exc: AdapterError, *, attempts: int) -> None:
-        """Copy the original message, unchanged, to the DLQ; headers say why.
+    async def dead_letter(
+        self, delivery: Delivery, exc: AdapterError, *, attempts: int, scope: str = ""
+    ) -> None:
+        """Copy the original message, unchanged, to the DLQ; headers say why, and scope (its
+        topic's id, in which its ids were derived) lets a replay keep them.
 
         A message too large to copy with its headers (or known here by reference only) goes
         by reference: no value, its key only when short, and `original: by-reference` with
@@ -64,6 +71,8 @@ class Outputs:
             ("message-id", delivery.message_id.encode()),
             ("failed-at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()).encode()),
         ]
+        if scope:
+            headers.append((SCOPE_HEADER, scope.encode()))
         key, value = delivery.key, delivery.value
         if delivery.by_reference or record_size(key, value, headers) > MAX_RECORD_BYTES:
             size = delivery.size if delivery.size is not None else len(value)

@@ -16,9 +16,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from stream_adapter import kafka_clients
+from stream_adapter.approvals import ApprovalRecord
 from stream_adapter.envelope import TOPIC_MAX_MESSAGE_BYTES
-from stream_adapter.errors import BrokerError, NotAuthorized
+from stream_adapter.errors import BrokerError, NotAuthorized, ToolUsageError
+from stream_adapter.ops.topic import consumer, partitions, read_to_end, started
 from stream_adapter.settings import Settings
+from stream_adapter.stream.engine.topic_ids import topic_ids
 
 _TOPIC_ALREADY_EXISTS = 36
 _NOT_AUTHORIZED = (29, 31)  # topic, cluster authorization failed
@@ -58,6 +61,9 @@ class TopicState:
     replication_factor: int | None = None
     under_replicated: tuple[int, ...] = ()
     """Partitions with fewer in-sync replicas than replicas (a broker down or catching up)."""
+    warnings: tuple[str, ...] = ()
+    """What is worth knowing and is not drift: approval records that name an earlier
+    incarnation of the calls topic (`older_incarnations`)."""
 
     @property
     def drift(self) -> list[str]:
@@ -168,9 +174,58 @@ async def _describe(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec]) -> l
 
 
 async def describe_topics(settings: Settings) -> list[TopicState]:
-    """The broker's view of every topology topic."""
+    """The broker's view of every topology topic; the calls topic warns when approval
+    records name an earlier incarnation of it (`older_incarnations`)."""
     async with _admin(settings) as admin:
-        return await _describe(admin, topic_specs(settings))
+        states = await _describe(admin, topic_specs(settings))
+        _, ids = await topic_ids(admin._client)
+    present = {s.spec.name for s in states if s.exists}
+    if {settings.calls_topic, settings.approvals_topic} <= present:
+        older = await older_incarnations(settings, (ids or {}).get(settings.calls_topic, ""))
+        if older:
+            warning = (
+                f"{older} approval record(s) name an earlier incarnation of this topic (it "
+                "was deleted and created again): its calls have ids of their own"
+            )
+            states = [
+                dataclasses.replace(s, warnings=(warning,))
+                if s.spec.name == settings.calls_topic
+                else s
+                for s in states
+            ]
+    return states
+
+
+async def older_incarnations(settings: Settings, topic_id: str) -> int:
+    """How many live approval records name a calls topic message of an earlier incarnation of
+    the topic: parked in another topic id, or (records that keep none) at an offset the
+    topic has not reached yet. Reads the whole approvals topic."""
+    prefix = f"{settings.calls_topic}:"
+    latest: dict[bytes, bytes | None] = {}
+    async for message in read_to_end(settings, settings.approvals_topic):
+        latest[message.key] = message.value
+    async with started(consumer(settings), settings) as client:
+        ends = {
+            tp.partition: end
+            for tp, end in (
+                await client.end_offsets(await partitions(client, settings.calls_topic))
+            ).items()
+        }
+    older = 0
+    for value in latest.values():
+        try:
+            record = None if value is None else ApprovalRecord.from_bytes(value)
+        except ToolUsageError:
+            continue
+        if record is None or not record.message_id.startswith(prefix):
+            continue
+        if record.scope and topic_id:
+            older += record.scope != topic_id
+            continue
+        partition, _, offset = record.message_id[len(prefix) :].partition(":")
+        if partition.isdigit() and offset.isdigit():
+            older += int(offset) >= ends.get(int(partition), 0)
+    return older
 
 
 async def create_topics(settings: Settings) -> list[TopicState]:
@@ -211,6 +266,18 @@ async def create_topics(settings: Settings) -> list[TopicState]:
 def _unsettled(states: Sequence[TopicState], created: set[str]) -> bool:
     """A topic just created does not show as specified yet (missing, or replicas not in sync)."""
     return any(s.problems for s in states if s.spec.name in created)
+
+
+async def topic_scope(settings: Settings, topic: str) -> str:
+    """The scope the worker derives topic's delivery ids in: its Kafka topic id (empty from a
+    broker too old to name one); LookupError when the topic does not exist."""
+    async with _admin(settings) as admin:
+        _, ids = await topic_ids(admin._client)
+    if ids is None:
+        return ""
+    if topic not in ids:
+        raise LookupError(f"topic {topic} not found")
+    return ids[topic]
 
 
 def _admin(settings: Settings) -> AbstractAsyncContextManager[AIOKafkaAdminClient]:

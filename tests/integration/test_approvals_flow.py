@@ -10,7 +10,7 @@ import pytest
 
 from stream_adapter.approvals import ApprovalRecord
 from stream_adapter.signing import DecisionKeys
-from tests.harness import Client, WorkerProcess, dead_letters, read_all, unique
+from tests.harness import Client, WorkerProcess, bound_signature, dead_letters, read_all, unique
 
 
 def _ledger(worker: WorkerProcess) -> list[dict]:
@@ -119,7 +119,6 @@ async def test_decisions_must_be_signed_when_keys_are_configured(
     worker_factory, client: Client, signed_with: str | None
 ) -> None:
     spec = "k0:old-secret-0123456789abcdef0123456789,k1:new-secret-0123456789abcdef0123456789"
-    keys = DecisionKeys.parse(spec)
     worker = worker_factory(STREAM_ADAPTER_DECISION_KEYS=spec)
     await worker.ready()
     pending = await _park(client)
@@ -130,7 +129,8 @@ async def test_decisions_must_be_signed_when_keys_are_configured(
     elif signed_with == "wrong":
         headers = list(DecisionKeys.parse("k1:guess").sign(body).items())
     else:
-        headers = list(keys.sign(body, signed_with).items())  # a rotated-out key still verifies
+        old_key = DecisionKeys.parse(spec.split(",")[0])  # a rotated-out key still verifies
+        headers = await bound_signature(client.settings, approval_id, body, old_key)
     await client.send(
         body, key=approval_id.encode(), topic=client.settings.decisions_topic, headers=headers
     )

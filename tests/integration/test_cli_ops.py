@@ -14,7 +14,7 @@ from stream_adapter.commands.exits import ExitCode
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
 from tests.cli_support import Ran, clean_env, run, run_in_terminal
-from tests.harness import Client, WorkerProcess, dead_letters, read_all, unique
+from tests.harness import Client, WorkerProcess, dead_letters, read_all, topic_id, unique
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -42,7 +42,8 @@ async def test_call_prints_the_reply(worker: WorkerProcess, settings: Settings) 
     sent = re.search(r"^sent (\S+:\d+:\d+) \(run_id (\S+), call_id (\S+)\)", ran.err, re.M)
     assert sent is not None, ran.err
     assert (sent[2], sent[3]) == (reply["run_id"], reply["call_id"])
-    assert (sent[2], sent[3]) == derive_ids(sent[1], settings.source)
+    scope = topic_id(settings, settings.calls_topic)
+    assert (sent[2], sent[3]) == derive_ids(sent[1], settings.source, scope)
 
     piped = await cli(settings, "call", "add", "-", stdin='{"a": 20, "b": 22}')
     assert piped.code == 0, piped
@@ -222,7 +223,9 @@ async def test_replayed_call_is_answered_with_its_original_ids(
     )
     ok = await client.reply_for(status="ok", run_id=flaky.run_id)
     assert (ok["run_id"], ok["call_id"]) == (flaky.run_id, flaky.call_id)
-    assert (flaky.run_id, flaky.call_id) == derive_ids(flaky.message_id, settings.source)
+    assert (flaky.run_id, flaky.call_id) == derive_ids(
+        flaky.message_id, settings.source, client.scope
+    )
     assert ok["result"] == {"attempts": 5}
     assert len(client.replies_for(run_id=missing.run_id)) == 1  # --filter left it alone
 

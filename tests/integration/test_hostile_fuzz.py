@@ -14,10 +14,6 @@ from stream_adapter.chaos.hostile import HostileOptions, run_hostile
 
 pytestmark = pytest.mark.timeout(600)
 
-AWAITING_FIXES = {"reused ids", "re-keyed decisions", "replayed decisions"}
-"""Cases whose refusals (ids compared with arguments, decisions bound to their record) the
-worker may not make yet: counted, and reported as an expected failure while they are not 0."""
-
 
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 async def test_a_hostile_agent_stalls_no_partition_and_gets_the_contracts_answers(
@@ -28,7 +24,5 @@ async def test_a_hostile_agent_stalls_no_partition_and_gets_the_contracts_answer
     summary = figures.to_json()
     assert figures.stalls == 0 and figures.lost_calls == 0, summary
     assert figures.worker_restarts == 0 and figures.final_lag == 0, summary
-    others = {case: n for case, n in figures.by_case.items() if case not in AWAITING_FIXES}
-    assert not others, summary
-    if not figures.passed:
-        pytest.xfail(f"awaiting the id and decision-binding refusals: {figures.by_case}")
+    assert not figures.by_case, summary
+    assert figures.passed, summary

@@ -26,7 +26,7 @@ from stream_adapter.approvals import ApprovalRecord, Resolution
 from stream_adapter.review.decide import decision_message
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
-from tests.harness import Client, WorkerProcess, dead_letters, unique, wait_for
+from tests.harness import Client, WorkerProcess, dead_letters, latest_record, unique, wait_for
 from tests.integration.review_support import cli
 
 pytestmark = pytest.mark.integration
@@ -122,6 +122,7 @@ async def test_a_paused_worker_cannot_settle_an_approval_it_no_longer_owns(
             value, headers = decision_message(
                 Resolution(approval_id=approval_id, resolution="not_run", reviewer="bob"),
                 DecisionKeys.from_settings(settings),
+                await latest_record(settings, approval_id),
             )
             await client.send(
                 value,

@@ -17,7 +17,16 @@ from stream_adapter.review.decide import decision_message
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream import faults
-from tests.harness import Client, WorkerProcess, dead_letters, read_all, unique, wait_for
+from tests.harness import (
+    Client,
+    WorkerProcess,
+    bound_signature,
+    dead_letters,
+    latest_record,
+    read_all,
+    unique,
+    wait_for,
+)
 from tests.integration.review_support import SHORT_RUNS, Api, ReviewProcess, add_reviewer, cli
 
 KEYS = "k1:unknown-outcome-secret-0123456789abcdef"
@@ -50,12 +59,13 @@ async def _signed(client: Client, approval_id: str, body: dict[str, Any]) -> Non
     """Send what `approvals decide`/`resolve` would send, signed with the workers' key."""
     keys = DecisionKeys.parse(KEYS)
     if "resolution" in body:
+        record = await latest_record(client.settings, approval_id)
         value, headers = decision_message(
-            Resolution(approval_id=approval_id, decided_at=utc_now(), **body), keys
+            Resolution(approval_id=approval_id, decided_at=utc_now(), **body), keys, record
         )
     else:
         value = json.dumps({"approval_id": approval_id, **body}).encode()
-        headers = list(keys.sign(value).items())
+        headers = await bound_signature(client.settings, approval_id, value, keys)
     await client.send(
         value,
         key=approval_id.encode(),

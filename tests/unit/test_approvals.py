@@ -38,7 +38,7 @@ def decision(approved: bool = True, **kw: Any) -> Decision:
 def test_new_record() -> None:
     rec = record()
     assert rec.state is ApprovalState.PENDING
-    assert rec.approval_id == approval_id_for(rec.run_id, rec.call_id)
+    assert rec.approval_id == approval_id_for(rec.run_id, rec.call_id, rec.source)
     assert (rec.message_id, rec.source, rec.origin, rec.arguments) == ("m", "s", "queue", {"n": 1})
     assert ApprovalRecord.from_bytes(rec.to_bytes()) == rec
 

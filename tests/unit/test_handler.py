@@ -213,3 +213,48 @@ async def test_confirm_without_a_store_is_a_clear_error(ledger: list[Any]) -> No
     with pytest.raises(ToolFailed, match="no approval store"):
         await handle_envelope(ex, {"approval_id": "a"})
     assert (await handle_envelope(ex, b'{"tool":"add","arguments":{"a":1,"b":1}}'))["result"] == 2
+
+
+async def test_two_sources_with_the_same_ids_never_share_a_record(ex: Executor) -> None:
+    call = b'{"tool":"pay","arguments":{"customer":"acme","cents":100},"run_id":"r","call_id":"c"}'
+    first = await handle_envelope(ex, call, message_id="1", source="sqs")
+    second = await handle_envelope(ex, call, message_id="2", source="pubsub")
+    assert first["status"] == second["status"] == "pending_approval"
+    assert first["approval_id"] != second["approval_id"]
+
+
+async def test_a_record_parked_under_its_legacy_approval_id_answers_its_call(
+    ex: Executor, ledger: list[Any]
+) -> None:
+    """Parked before approval ids named their source: the call finds that record again."""
+    from stream_adapter.approvals import new_record
+    from stream_adapter.envelope import parse_envelope
+    from stream_adapter.ids import legacy_approval_id
+
+    call = b'{"tool":"pay","arguments":{"customer":"acme","cents":100},"run_id":"r","call_id":"c"}'
+    envelope = parse_envelope(call, message_id="m", source="sqs")
+    old = new_record(envelope, "pay", origin=ex.origin).model_copy(
+        update={"approval_id": legacy_approval_id("r", "c")}
+    )
+    assert ex.store is not None
+    await ex.store.park(old)
+    reply = await handle_envelope(ex, call, message_id="m", source="sqs")
+    assert reply["approval_id"] == old.approval_id
+    assert len(await ex.store.list()) == 1
+
+
+async def test_arguments_equal_only_in_python_name_another_call() -> None:
+    """1 and 1.0 (or true) are one value to Python's ==, not to JSON: the same ids with the
+    other one are someone else's call, refused."""
+    reg = ToolRegistry()
+
+    @reg.tool(confirm=True)
+    def weigh(kg: float) -> float:
+        return kg
+
+    ex = Executor(reg, MemoryApprovalStore())
+    ids = b'"run_id":"r","call_id":"c"'
+    first = await handle_envelope(ex, b'{"tool":"weigh","arguments":{"kg":1},%s}' % ids)
+    assert first["status"] == "pending_approval"
+    with pytest.raises(ToolUsageError):
+        await handle_envelope(ex, b'{"tool":"weigh","arguments":{"kg":1.0},%s}' % ids)

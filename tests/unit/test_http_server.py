@@ -361,16 +361,21 @@ async def test_nobody_decides_their_own_call(server: Server, http: httpx.AsyncCl
     assert other.status_code == 200
 
 
-async def test_ids_of_another_callers_call_are_refused(
+async def test_ids_of_another_callers_call_name_another_call(
     server: Server, http: httpx.AsyncClient
 ) -> None:
+    """Two callers (two sources) using the same ids never share a record."""
     ids = {"run_id": f"run-{uuid.uuid4().hex}", "call_id": "call-1"}
     body = {**invoice(), **ids}
     mine = await http.post("/calls", headers=bearer(server.agent), json=body)
     assert mine.json()["status"] == "pending_approval"
     theirs = await http.post("/calls", headers=bearer(server.other_agent), json=body)
-    assert theirs.status_code == 400 and theirs.json()["kind"] == "ToolUsageError"
-    assert "approval_id" not in theirs.json()
+    assert theirs.json()["status"] == "pending_approval"
+    assert theirs.json()["approval_id"] != mine.json()["approval_id"]
+    other = {**invoice(), **ids, "arguments": {**invoice()["arguments"], "amount_cents": 7}}
+    again = await http.post("/calls", headers=bearer(server.agent), json=other)
+    assert again.status_code == 400 and again.json()["kind"] == "ToolUsageError"
+    assert "approval_id" not in again.json()
 
 
 async def test_queue_and_function_messages_naming_server_records_are_refused(
@@ -388,9 +393,11 @@ async def test_queue_and_function_messages_naming_server_records_are_refused(
     store = store_from_url(server.store_url)
     try:
         queue = build_backend(store=store, topology="topologies.demo")
-        for message in ({"approval_id": approval_id}, body):
-            with pytest.raises(ToolUsageError):
-                await handle_envelope(queue.executor, message)
+        with pytest.raises(ToolUsageError):
+            await handle_envelope(queue.executor, {"approval_id": approval_id})
+        # The same ids from another source are another call, with a record of its own.
+        own = await handle_envelope(queue.executor, body)
+        assert own["status"] == "pending_approval" and own["approval_id"] != approval_id
     finally:
         await store.aclose()  # type: ignore[attr-defined]
     # A function host (its own process, its own loop) refuses it too: the SQS message fails.

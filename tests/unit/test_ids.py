@@ -12,6 +12,7 @@ from stream_adapter.ids import (
     derive_ids,
     derive_run_id,
     fresh_id,
+    legacy_approval_id,
 )
 
 text = st.text(max_size=30)
@@ -60,7 +61,7 @@ def test_many_sources_keep_their_ids() -> None:
 def test_encoding_is_length_prefixed() -> None:
     assert derive_ids("c", "a:b") != derive_ids("b:c", "a")
     assert derive_ids("b|c", "a") != derive_ids("c", "a|b")
-    assert approval_id_for("a:b", "c") != approval_id_for("a", "b:c")
+    assert approval_id_for("a:b", "c", "s") != approval_id_for("a", "b:c", "s")
 
 
 def test_one_id_derivations() -> None:
@@ -71,7 +72,27 @@ def test_one_id_derivations() -> None:
 
 
 def test_approval_ids_are_deterministic() -> None:
-    assert approval_id_for("r", "c") == approval_id_for("r", "c") != approval_id_for("r", "d")
+    assert approval_id_for("r", "c", "s") == approval_id_for("r", "c", "s")
+    assert approval_id_for("r", "c", "s") != approval_id_for("r", "d", "s")
+
+
+def test_two_sources_with_the_same_ids_never_share_an_approval() -> None:
+    assert approval_id_for("r", "c", "kafka") != approval_id_for("r", "c", "sqs")
+    assert legacy_approval_id("r", "c") not in {
+        approval_id_for("r", "c", s) for s in ("", "kafka", "sqs")
+    }
+
+
+def test_a_scope_makes_a_repeated_delivery_id_another_call() -> None:
+    """A topic created again starts its offsets at 0: its topic id (the scope) differs."""
+    old, new = "3f1e0c1a-0000-4000-8000-000000000001", "9b2d7e44-0000-4000-8000-000000000002"
+    assert derive_ids("calls:0:1", "kafka", old) != derive_ids("calls:0:1", "kafka", new)
+    assert derive_ids("calls:0:1", "kafka", old) == derive_ids("calls:0:1", "kafka", old)
+    assert derive_ids("calls:0:1", "kafka", old) != derive_ids("calls:0:1", "kafka")
+    assert derive_ids("calls:0:1", "kafka", "") == derive_ids("calls:0:1", "kafka")
+    assert derive_call_id("r", "calls:0:1", "kafka", old) != derive_call_id(
+        "r", "calls:0:1", "kafka", new
+    )
 
 
 def test_fresh_ids_are_unique() -> None:

@@ -247,7 +247,7 @@ def push(envelope: dict[str, Any]) -> dict[str, Any]:
 async def test_the_push_endpoint_runs_only_authenticated_pushes(keys: Keys, recipe: None) -> None:
     call = {"tool": "send_invoice", "arguments": {"customer": "acme", "amount_cents": 5}}
     body = push(call)
-    approval_id = approval_id_for(*derive_ids(body["message"]["messageId"], "pubsub"))
+    approval_id = approval_id_for(*derive_ids(body["message"]["messageId"], "pubsub"), "pubsub")
     status, problem = await queues.pubsub_endpoint(None, body)
     assert status == 401 and problem["kind"] == "Unauthenticated"
     other = keys.token(email="intruder@elsewhere.iam.gserviceaccount.com")

@@ -123,13 +123,18 @@ def test_topics_report_calls_or_decisions_kept_longer_than_settled_records() -> 
     week_ms = str(7 * 86_400_000)
     for role in ("calls", "decisions"):
         spec = specs[role]
+        size = {"max.message.bytes": spec.config["max.message.bytes"]}  # as topics create sets
         ok = TopicState(
-            spec, True, spec.partitions, {"retention.ms": week_ms}, replication_factor=1
+            spec, True, spec.partitions, {**size, "retention.ms": week_ms}, replication_factor=1
         )
         assert ok.drift == []
         for retention in (str(8 * 86_400_000), "-1"):
             long = TopicState(
-                spec, True, spec.partitions, {"retention.ms": retention}, replication_factor=1
+                spec,
+                True,
+                spec.partitions,
+                {**size, "retention.ms": retention},
+                replication_factor=1,
             )
             assert long.drift == [
                 f"retention.ms={retention}, needs less than settled_retention_s "
@@ -137,7 +142,8 @@ def test_topics_report_calls_or_decisions_kept_longer_than_settled_records() -> 
                 "settled approval"
             ]
     replies = specs["replies"]
-    forever = TopicState(replies, True, replies.partitions, {"retention.ms": "-1"})
+    size = {"max.message.bytes": replies.config["max.message.bytes"]}
+    forever = TopicState(replies, True, replies.partitions, {**size, "retention.ms": "-1"})
     assert forever.drift == []
 
 

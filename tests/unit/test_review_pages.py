@@ -571,7 +571,7 @@ class _Written:
     def __init__(self) -> None:
         self.messages: list[Any] = []
 
-    async def write(self, message: Any) -> None:
+    async def write(self, message: Any, record: Any = None) -> None:
         self.messages.append(message)
 
 

@@ -37,6 +37,9 @@ class App(faust.App):
 
     commit_gate: CommitGate | None = None
     transaction_guard: TransactionGuard | None = None
+    assignments: int = 0
+    """Partition assignments so far: a topic deleted and created again since the last one
+    has another topic id (`Sender.topic_scope`)."""
 
     def __init__(self, id: str, **options: Any) -> None:
         patches.install()

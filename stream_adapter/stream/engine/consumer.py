@@ -379,6 +379,8 @@ class FastConsumer(faust_aiokafka.Consumer):
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         """Faust's; stream partitions then wait for the recovery's seek (`resume_partitions`)."""
         self._held.assigned()
+        app: Any = self.app
+        app.assignments = getattr(app, "assignments", 0) + 1  # a topic may be new since
         await super().on_partitions_assigned(assigned, generation_id)
 
     def resume_partitions(self, tps: Any) -> None:

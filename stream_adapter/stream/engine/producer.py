@@ -29,6 +29,7 @@ from stream_adapter.partitions import known_partitions, partition_count, partiti
 from stream_adapter.stream.engine.commits.gate import current_section
 from stream_adapter.stream.engine.commits.transactions import TransactionFailed, transactional_id
 from stream_adapter.stream.engine.records import Headers, current_delivery
+from stream_adapter.stream.engine.topic_ids import topic_ids
 
 
 class IdempotentProducer(faust_aiokafka.Producer):
@@ -88,6 +89,17 @@ class Sender:
             await self.in_transaction(topic, key, value, headers)
         else:
             await self.plain(topic, key, value, headers)
+
+    async def topic_scope(self, topic: str) -> str:
+        """What makes topic's delivery ids unique: its Kafka topic id (one per incarnation);
+        empty from a broker too old to name topic ids. LookupError while the topic is not
+        there (deleted, or not yet created)."""
+        _, ids = await topic_ids(self._app.producer._ensure_producer().client)
+        if ids is None:
+            return ""
+        if topic not in ids:
+            raise LookupError(f"topic {topic} not found")
+        return ids[topic]
 
     def transaction_of_current(self) -> str:
         """The transactional id of the message being processed."""

@@ -1,0 +1,42 @@
+"""Scopes: each input topic's id, looked up once per partition assignment (stream/scopes.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from stream_adapter.errors import BrokerError
+from stream_adapter.stream.scopes import Scopes
+
+
+async def test_a_topic_id_is_looked_up_once_per_assignment() -> None:
+    asked: list[str] = []
+    ids = iter(["id-1", "id-2"])
+    generation = [1]
+
+    async def lookup(topic: str) -> str:
+        asked.append(topic)
+        await asyncio.sleep(0)
+        return next(ids)
+
+    scopes = Scopes(lookup, lambda: generation[0])
+    assert scopes.current("calls") is None
+    assert await asyncio.gather(*(scopes.get("calls") for _ in range(5))) == ["id-1"] * 5
+    assert scopes.current("calls") == "id-1" and asked == ["calls"]
+    generation[0] = 2  # a new assignment: the topic may have been created again
+    assert scopes.current("calls") is None
+    assert await scopes.get("calls") == "id-2" and asked == ["calls", "calls"]
+
+
+async def test_a_failed_lookup_is_a_retryable_broker_error() -> None:
+    async def missing(topic: str) -> str:
+        raise LookupError(f"topic {topic} not found")
+
+    async def down(topic: str) -> str:
+        raise ConnectionError("refused")
+
+    for lookup in (missing, down):
+        with pytest.raises(BrokerError) as caught:
+            await Scopes(lookup, lambda: 0).get("calls")
+        assert caught.value.retryable
