@@ -14,6 +14,7 @@ from stream_adapter.chaos.hostile import HostileOptions, run_hostile
 
 pytestmark = pytest.mark.timeout(600)
 
+
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 async def test_a_hostile_agent_stalls_no_partition_and_gets_the_contracts_answers(
     guarantee: str, kafka_bootstrap: str, tmp_path: Path
