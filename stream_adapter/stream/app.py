@@ -134,6 +134,10 @@ def build_app(
         tool_slots=Slots(settings.max_in_flight),
         scopes=Scopes(sender.topic_scope, lambda: app.assignments),
     )
+    assert ctx.scopes is not None
+    # The calls topic's id is learnt as partitions are assigned, before their first record:
+    # until it is known, the inline lane hands every call to the scheduled path.
+    app.assignment_hooks.append(partial(ctx.scopes.prime, settings.calls_topic))
     flow = ApprovalFlow(ctx, ApprovalTable(approvals_store), origin=f"kafka:{settings.app_id}")
 
     inputs = frozenset(

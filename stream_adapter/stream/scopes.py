@@ -45,6 +45,16 @@ class Scopes:
             pending.add_done_callback(lambda _: self._pending.pop(topic, None))
         return await asyncio.shield(pending)
 
+    async def prime(self, topic: str) -> None:
+        """Learn topic's scope for the current assignment now; a broker that cannot name it
+        yet leaves it to `get` (logged, not raised)."""
+        try:
+            await self.get(topic)
+        except BrokerError as exc:
+            logs.event(
+                logs.WARNING, "topic id unknown; learnt later", topic=topic, error_kind=exc.kind
+            )
+
     async def _learn(self, topic: str) -> str:
         generation = self._generation()
         try:

@@ -8,7 +8,7 @@ Faust (engine/patches.py), which check the installed versions first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
 import faust
@@ -44,6 +44,9 @@ class App(faust.App):
     def __init__(self, id: str, **options: Any) -> None:
         patches.install()
         super().__init__(id, **options)
+        self.assignment_hooks: list[Callable[[], Awaitable[None]]] = []
+        """Awaited at each partition assignment, before any record of it is processed (a
+        hook's failure is logged and ends nothing)."""
         if cast(Any, self.conf).processing_guarantee.value == "exactly_once":
             # Commits cover a message's outputs and offset, or neither (commits/gate.py).
             self.commit_gate = CommitGate()

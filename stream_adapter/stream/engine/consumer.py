@@ -381,6 +381,11 @@ class FastConsumer(faust_aiokafka.Consumer):
         self._held.assigned()
         app: Any = self.app
         app.assignments = getattr(app, "assignments", 0) + 1  # a topic may be new since
+        for hook in getattr(app, "assignment_hooks", ()):
+            try:
+                await hook()
+            except Exception as exc:  # a hook only prepares; the flows cope without it
+                logs.event(logs.WARNING, "assignment hook failed", error_kind=type(exc).__name__)
         await super().on_partitions_assigned(assigned, generation_id)
 
     def resume_partitions(self, tps: Any) -> None:
