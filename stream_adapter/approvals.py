@@ -16,7 +16,7 @@ import hashlib
 import os
 import socket
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
@@ -163,6 +163,10 @@ class ApprovalRecord(BaseModel):
     surely over (see `next_step`)."""
     started_by: str | None = None
     """Which worker or host started the last run (host name and process id)."""
+    run_deadline: str | None = None
+    """When the last run is surely over: its start plus the longest it may take (its tool's
+    timeout, or MAX_RUN_S for a tool without one, times its attempts, with their backoffs).
+    Until then "it did not run" is refused (`apply_resolution`): the run may still act."""
     unknown_at: str | None = None
     """When its run was found over with no outcome (state unknown)."""
     resolution: Literal["ran", "not_run"] | None = None
@@ -319,36 +323,54 @@ def this_process() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def begin_run(record: ApprovalRecord, *, by: str | None = None) -> ApprovalRecord:
-    """approved → running; ApprovalConflict from any other state (the decision is used)."""
+def _run_start(by: str | None, limit_s: float | None) -> dict[str, Any]:
+    """started_at, started_by and (given the run's longest duration) run_deadline."""
+    started = datetime.now(UTC)
+    deadline = None if limit_s is None else _iso(started + timedelta(seconds=limit_s))
+    return {
+        "started_at": _iso(started),
+        "started_by": by or this_process(),
+        "run_deadline": deadline,
+    }
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def run_limit_s(
+    timeout_s: float | None, max_run_s: float, *, attempts: int = 1, backoff_cap_s: float = 0.0
+) -> float:
+    """The longest a run may take: attempts of the tool's timeout (max_run_s for a tool
+    without one) with a capped backoff between each two."""
+    per_attempt = timeout_s if timeout_s is not None else max_run_s
+    return attempts * per_attempt + (attempts - 1) * backoff_cap_s
+
+
+def begin_run(
+    record: ApprovalRecord, *, by: str | None = None, limit_s: float | None = None
+) -> ApprovalRecord:
+    """approved → running; ApprovalConflict from any other state (the decision is used).
+    limit_s: the longest the run may take (`run_limit_s`), kept as its `run_deadline`."""
     if record.state is not ApprovalState.APPROVED:
         raise ApprovalConflict(
             f"approval is {record.state}, not approved", approval_id=record.approval_id
         )
     return record.model_copy(
-        update={
-            "state": ApprovalState.RUNNING,
-            "runs": record.runs + 1,
-            "started_at": utc_now(),
-            "started_by": by or this_process(),
-        }
+        update={"state": ApprovalState.RUNNING, "runs": record.runs + 1} | _run_start(by, limit_s)
     )
 
 
-def rerun(record: ApprovalRecord, *, by: str | None = None) -> ApprovalRecord:
+def rerun(
+    record: ApprovalRecord, *, by: str | None = None, limit_s: float | None = None
+) -> ApprovalRecord:
     """running → running once more, for an idempotent tool whose earlier run left no outcome."""
     if record.state is not ApprovalState.RUNNING or record.runs >= MAX_RUNS:
         raise ApprovalConflict(
             f"approval is {record.state} after {record.runs} runs, not to be run again",
             approval_id=record.approval_id,
         )
-    return record.model_copy(
-        update={
-            "runs": record.runs + 1,
-            "started_at": utc_now(),
-            "started_by": by or this_process(),
-        }
-    )
+    return record.model_copy(update={"runs": record.runs + 1} | _run_start(by, limit_s))
 
 
 def give_up(record: ApprovalRecord, *, now: str | None = None) -> ApprovalRecord:
@@ -379,6 +401,8 @@ def apply_resolution(
             "approval was already run again once after an unknown outcome",
             approval_id=record.approval_id,
         )
+    if resolution.resolution == "not_run":
+        check_run_over(record, None if now is None else instant(now))
     update: dict[str, Any] = {
         "resolution": resolution.resolution,
         "resolved_by": resolution.reviewer,
@@ -394,6 +418,18 @@ def apply_resolution(
     else:
         update |= {"state": ApprovalState.APPROVED, "unknown_at": None}
     return record.model_copy(update=update)
+
+
+def check_run_over(record: ApprovalRecord, now: datetime | None = None) -> None:
+    """ApprovalConflict while record's last run may still be going (before its
+    `run_deadline`): "it did not run" is not known yet, and a second run could join it."""
+    deadline = None if record.run_deadline is None else instant(record.run_deadline)
+    if deadline is not None and (now or datetime.now(UTC)) < deadline:
+        raise ApprovalConflict(
+            "its last run may still be going: 'it did not run' is allowed from "
+            f"{record.run_deadline}",
+            approval_id=record.approval_id,
+        )
 
 
 def same_resolution(record: ApprovalRecord, resolution: Resolution) -> bool:

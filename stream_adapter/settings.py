@@ -116,6 +116,12 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds after which a silent worker's partitions move to another.",
     )
+    max_run_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds one attempt of an approved call's tool without a timeout may take: "
+        "its run's deadline, before which 'it did not run' is refused.",
+    )
     unknown_outcome_age_limit_s: float = Field(
         default=900.0,
         gt=0,

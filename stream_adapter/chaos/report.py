@@ -277,6 +277,10 @@ class ChaosFigures:
     worker_kills: int
     unplanned_worker_exits: int
     producer_resends: int
+    calls_in_the_dark: int = 0
+    """Approved calls with no final reply whose record is not `unknown` either (`in_the_dark`)."""
+    worker_pauses: int = 0
+    """Workers SIGSTOPped past the session timeout during an approved run, then SIGCONTed."""
     longest_reply_gap_s: float = 0.0
     """The longest time without any reply while calls were outstanding: the outage seen."""
     faults: list[FaultRecord] = field(default_factory=list)
@@ -295,6 +299,7 @@ class ChaosFigures:
             self.calls_without_terminal_reply == 0
             and self.approvals_asked_twice == 0
             and self.approved_runs_twice == 0
+            and self.calls_in_the_dark == 0
             and all(tool.ok for tool in self.approved.values())
             and all(tool.ok for tool in self.killed.values())
             and self.final_lag == 0
@@ -345,6 +350,27 @@ def ledger_counts(path: Path) -> Counter[str]:
     if not path.exists():
         return Counter()
     return Counter(json.loads(line)["call_id"] for line in path.read_text().splitlines() if line)
+
+
+def in_the_dark(changelog: Iterable[Any], by_call: Mapping[str, list[dict[str, Any]]]) -> list[str]:
+    """Approved calls left in the dark: their agent has no final reply (none, or only an
+    `unknown` answer) and their record is not `unknown` at the end, so no person is asked
+    either (a run's `done` written by a worker that no longer owned its partition, say)."""
+    last: dict[bytes, dict[str, Any]] = {}
+    for message in changelog:
+        if message.value is None:
+            last.pop(message.key, None)
+        else:
+            last[message.key] = json.loads(message.value)
+    dark = []
+    for record in last.values():
+        if not record.get("runs"):
+            continue  # never started: pending, denied, expired
+        replies = by_call.get(record["call_id"], [])
+        final = any(r.get("status") in TERMINAL and not _is_unknown(r) for r in replies)
+        if not final and record.get("state") != "unknown":
+            dark.append(record["call_id"])
+    return dark
 
 
 def pending_records(changelog: Iterable[Any]) -> Counter[str]:
@@ -426,6 +452,7 @@ def render(figures: ChaosFigures, console: Console) -> None:
         ("calls without a terminal reply", figures.calls_without_terminal_reply),
         ("approvals asked twice", figures.approvals_asked_twice),
         ("approved calls run more than once", figures.approved_runs_twice),
+        ("approved calls in the dark (no final reply, not unknown)", figures.calls_in_the_dark),
         ("approved calls with outcome unknown (killed mid-run)", figures.approved_outcome_unknown),
         ("duplicate replies", figures.duplicate_replies),
         ("  of them pending_approval", figures.duplicate_pending_replies),
@@ -434,6 +461,7 @@ def render(figures: ChaosFigures, console: Console) -> None:
         ("final consumer lag", figures.final_lag),
         ("longest time without a reply (s)", f"{figures.longest_reply_gap_s:.1f}"),
         ("worker SIGKILLs", figures.worker_kills),
+        ("worker pauses (SIGSTOP past the session timeout)", figures.worker_pauses),
         ("unplanned worker exits", figures.unplanned_worker_exits),
         ("producer resends", figures.producer_resends),
     ]

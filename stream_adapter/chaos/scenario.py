@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import random
+import signal
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -51,6 +53,7 @@ from .report import (
     WorkerKill,
     approved_figures,
     duplicate_examples,
+    in_the_dark,
     killed_figures,
     ledger_counts,
     longest_gap,
@@ -81,6 +84,16 @@ def kill_running(tool: str) -> str:
 KILL_RUNNING = {kill_running(tool): tool for tool in APPROVED}
 
 
+def pause_running(tool: str) -> str:
+    """The pause-while-running fault for tool: SIGSTOP past the session timeout, SIGCONT."""
+    return f"SIGSTOP while {tool} runs"
+
+
+PAUSE_RUNNING = {pause_running(tool): tool for tool in APPROVED}
+PAUSE_MARGIN_S = 4.0
+"""How much longer than the session timeout a paused worker stays stopped."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChaosOptions:
     """How big, how fast and how hostile a run is."""
@@ -108,6 +121,9 @@ class ChaosOptions:
     seed: int | None = None
     running_kills: tuple[str, ...] = tuple(APPROVED)
     """One kill-while-running fault per tool named (an approved tool of the demo)."""
+    running_pauses: tuple[str, ...] = ()
+    """One pause-while-running fault per tool named: the worker running it is SIGSTOPped for
+    longer than the session timeout, then SIGCONTed, and wakes up as a zombie."""
     tool_latency_s: float = 0.4
     """The confirm tools' external-API latency (`STREAM_ADAPTER_DEMO_TOOL_LATENCY_S`): the
     window a kill-while-running fault hits."""
@@ -119,9 +135,11 @@ def fault_plan(
     broker_faults: list[str],
     scale: bool = True,
     running_kills: tuple[str, ...] = (),
+    running_pauses: tuple[str, ...] = (),
 ) -> list[tuple[float, str]]:
     """(fraction of calls sent, fault): scale up early, down late, the rest between, shuffled."""
     middle = [KILL] * kills + [kill_running(tool) for tool in running_kills] + broker_faults
+    middle += [pause_running(tool) for tool in running_pauses]
     rng.shuffle(middle)
     plan = [(rng.uniform(0.05, 0.15), SCALE_UP)] if scale else []
     width = 0.58 / max(1, len(middle))
@@ -179,6 +197,7 @@ class ChaosRun:
         self.sent_changed = asyncio.Event()
         self.faults: list[FaultRecord] = []
         self.kills = 0
+        self.pauses = 0
         self.worker_kills: list[WorkerKill] = []
         self.extra_calls: list[CallSpec] = []
         """Calls a kill-while-running fault sent of its own (part of the figures)."""
@@ -254,6 +273,9 @@ class ChaosRun:
             at = time.monotonic()  # the kill, once the wait for a running call is over
             if killed is not None:
                 action = lambda: self.pool.start(killed.name)  # noqa: E731
+        elif kind in PAUSE_RUNNING:
+            target = await self._pause_running(PAUSE_RUNNING[kind], sender)
+            at = time.monotonic()  # the wake-up: the zombie's run goes on from here
         elif kind == BROKER and isinstance(self.broker, BrokerControl):
             target = "broker"
             await self.broker.kill()
@@ -338,6 +360,30 @@ class ChaosRun:
         self.worker_kills.append(WorkerKill(kind, "", tool))
         return None, f"no {tool} found running {phase}"
 
+    async def _pause_running(self, tool: str, sender: CallSender) -> str:
+        """Wait until an approved call of tool runs in a live worker (before or after its
+        effect, drawn from the seed), SIGSTOP that worker past the session timeout, SIGCONT
+        it: its partitions move meanwhile, and it wakes up as a zombie. The fault's target."""
+        after_effect = self.rng.random() < 0.5
+        phase = "after its effect" if after_effect else "before its effect"
+        deadline = time.monotonic() + self.options.recover_timeout_s
+        await self._send_own_call(tool, sender)
+        while time.monotonic() < deadline:
+            self.journal.refresh()
+            live = {w.pid: w for w in self.pool.live() if w.pid is not None}
+            runs = [r for r in self.journal.running(live, tool) if r.effect == after_effect]
+            if runs:
+                victim = live[runs[0].pid]
+                os.kill(runs[0].pid, signal.SIGSTOP)
+                self.pauses += 1
+                try:
+                    await asyncio.sleep(self.options.session_timeout_s + PAUSE_MARGIN_S)
+                finally:
+                    os.kill(runs[0].pid, signal.SIGCONT)
+                return f"{victim.name}, {tool} {runs[0].call_id} {phase}"
+            await asyncio.sleep(0.01)
+        return f"no {tool} found running {phase}"
+
     async def _cluster_fault(
         self, kind: str, broker: ClusterControl
     ) -> tuple[str, Callable[[], Coroutine[Any, Any, object]]]:
@@ -374,6 +420,7 @@ class ChaosRun:
             broker_faults(self.options, self.broker.restartable),
             self.options.scale,
             self.options.running_kills,
+            self.options.running_pauses,
         )
         try:
             for fraction, kind in plan:
@@ -484,6 +531,8 @@ class ChaosRun:
             final_lag=lag,
             worker_kills=self.kills,
             unplanned_worker_exits=len(self.pool.unplanned_exits),
+            calls_in_the_dark=len(in_the_dark(changelog, self.reader.by_call)),
+            worker_pauses=self.pauses,
             producer_resends=resends,
             faults=self.faults,
             outcomes=replies.outcomes,

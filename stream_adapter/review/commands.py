@@ -130,6 +130,21 @@ def approvals_list(settings: Settings, state: str | None, as_json: bool) -> None
     note(f"{len(records)} approval(s){f' {state}' if state else ''} in {settings.approvals_topic}")
 
 
+@approvals.command("show")
+@click.argument("approval_id")
+@pass_settings
+def approvals_show(settings: Settings, approval_id: str) -> None:
+    """One approval as the approvals topic has it now, every field as JSON: for a run, when
+    and where it started and when it is surely over (`run_deadline`)."""
+    from stream_adapter.errors import ApprovalNotFound
+    from stream_adapter.review.view import record_json, snapshot
+
+    record = run_client(snapshot(settings)).get(approval_id)
+    if record is None:
+        raise ApprovalNotFound("no such approval", approval_id=approval_id)
+    click.echo(orjson.dumps(record_json(record), option=orjson.OPT_INDENT_2).decode())
+
+
 async def _decide(
     settings: Settings, approval_id: str, *, resolve: bool = False, **decision: Any
 ) -> Any:

@@ -22,6 +22,7 @@ from stream_adapter.approvals import (
     ApprovalState,
     Decision,
     Resolution,
+    check_run_over,
     fingerprint,
     parse_reviewer_message,
     utc_now,
@@ -287,6 +288,8 @@ class Decider:
             raise ApprovalConflict(
                 "it was already run again once after an unknown outcome", approval_id=approval_id
             )
+        if resolution == "not_run":
+            check_run_over(record)  # 409 saying from when it is allowed
         sent = self._resolving.get(approval_id)
         if sent is not None and record.resolved_at != sent.decided_at:
             raise ApprovalConflict("a resolution was already sent", approval_id=approval_id)

@@ -113,7 +113,10 @@ def build_app(
         key_type=bytes,
         value_type=bytes,
     )
-    approvals_store = DurableTable(table, sender, app.transaction_guard)
+    # Only the worker that owns an approvals partition now writes its records (zombies are
+    # fenced: engine/claims.py).
+    claims = app.partition_claims((settings.decisions_topic, approval_requests_topic(settings)))
+    approvals_store = DurableTable(table, sender, app.transaction_guard, claims)
     allowed = allow_list(tools)
     keys = DecisionKeys.from_settings(settings)
     served = [n for n in executor.registry.names() if allowed is None or n in allowed]

@@ -39,6 +39,7 @@ from stream_adapter.approvals import (
     parse_reviewer_message,
     rerun,
     retention_due,
+    run_limit_s,
     same_call,
     same_resolution,
     settled_reply,
@@ -60,7 +61,7 @@ from stream_adapter.replies import already_done_reply, error_reply_body
 from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER, DecisionKeys, SignatureError
 from stream_adapter.stream.calls import LEGACY, PARK, RESUME, SWEEP
 from stream_adapter.stream.context import FlowContext
-from stream_adapter.stream.engine import Delivery, DurableTable, Headers
+from stream_adapter.stream.engine import Claim, Delivery, DurableTable, Headers, OwnershipLost
 from stream_adapter.stream.faults import APPROVED_DONE, APPROVED_RAN, PARKED, RUNNING, crash_point
 from stream_adapter.stream.tracing import as_headers
 
@@ -84,16 +85,29 @@ class ApprovalTable:
         raw = self._table.get(approval_id.encode())
         return None if raw is None else ApprovalRecord.from_bytes(raw)
 
-    async def put(self, record: ApprovalRecord, partition: int, *, now: bool = False) -> None:
+    async def claim(self, partition: int) -> Claim | None:
+        """This worker's ownership of partition now (OwnershipLost if it has none)."""
+        return await self._table.claim(partition)
+
+    async def put(
+        self,
+        record: ApprovalRecord,
+        partition: int,
+        *,
+        now: bool = False,
+        claim: Claim | None = None,
+    ) -> None:
         """Store record and wait until its changelog entry is acknowledged by the broker.
 
         Exactly once the entry joins the event's transaction, except with `now`: a run's
         `running` and `done` marks go outside it, or an abort would take them back, and the
-        redone decision would run the call a second time or find its outcome lost.
+        redone decision would run the call a second time or find its outcome lost. Writes
+        outside a transaction are fenced (claim: the ownership the run started under), so a
+        worker that lost the partition gets OwnershipLost and writes nothing.
         """
         key, value = record.approval_id.encode(), record.to_bytes()
         before = self._table.get(key)
-        await self._table.put(key, value, partition, now=now)
+        await self._table.put(key, value, partition, now=now, claim=claim)
         self.pending.changed(before, value)
 
     async def delete(self, approval_id: str, partition: int) -> None:
@@ -128,11 +142,24 @@ class ApprovalFlow:
         it waits for that run and answers with its outcome, never `unknown`."""
 
     async def process(self, delivery: Delivery) -> None:
-        """Bring one request or decision to its terminal, durable outcome.
+        """Bring one request or decision to its terminal, durable outcome; a worker that
+        lost the partition meanwhile writes and answers nothing (its next owner does).
 
         A record too large to write ends the message with a RecordTooLarge error reply and a
         dead letter, never a retry that cannot succeed.
         """
+        try:
+            await self._process(delivery)
+        except OwnershipLost as exc:
+            logs.event(
+                logs.WARNING,
+                "approvals partition no longer owned here; message left to its owner",
+                partition=exc.partition,
+                message_id=delivery.message_id,
+                error_kind=exc.reason,
+            )
+
+    async def _process(self, delivery: Delivery) -> None:
         if delivery.topic == self.ctx.settings.decisions_topic:
             with self._traced("decision", delivery.headers) as trace:
                 try:
@@ -584,12 +611,17 @@ class ApprovalFlow:
         """Run an approved call: `running` (with its run count) is durable before the tool
         starts, so a non-idempotent call runs at most once and an idempotent one at most
         MAX_RUNS times."""
+        limit_s = self._run_limit_s(record)
         running = (
-            rerun(record, by=self.origin_host) if again else begin_run(record, by=self.origin_host)
+            rerun(record, by=self.origin_host, limit_s=limit_s)
+            if again
+            else begin_run(record, by=self.origin_host, limit_s=limit_s)
         )
         over = self._running[record.approval_id] = asyncio.Event()  # before any await
         try:
-            await self.table.put(running, partition, now=True)
+            # The ownership this run starts under: its outcome is written only while it lasts.
+            claim = await self.table.claim(partition)
+            await self.table.put(running, partition, now=True, claim=claim)
         except BaseException:
             del self._running[record.approval_id]
             over.set()
@@ -639,12 +671,40 @@ class ApprovalFlow:
             # `unknown` (or run an idempotent tool once more).
             done = finish_within(running, reply, TABLE_RECORD_BYTES)
             reply = done.reply or reply
-            await self.table.put(done, partition, now=True)
+            try:
+                await self.table.put(done, partition, now=True, claim=claim)
+            except OwnershipLost as exc:
+                # The partition changed hands during the run: its owner has the record
+                # (`unknown` once it finds the run dead) and answers; this outcome is dropped.
+                logs.event(
+                    logs.ERROR,
+                    "approved call outcome discarded: partition no longer owned here",
+                    tool=record.tool,
+                    partition=exc.partition,
+                    error_kind=exc.reason,
+                    ok=error is None,
+                    **ids,
+                )
+                return
         finally:
             del self._running[record.approval_id]
             over.set()
         crash_point(APPROVED_DONE)
         await self.ctx.outputs.reply(reply, message_id=record.message_id, headers=inner or trace)
+
+    def _run_limit_s(self, record: ApprovalRecord) -> float:
+        """The longest a run of record's tool may take, all its attempts included."""
+        try:
+            timeout_s = self.ctx.executor.resolve(record.tool, self.ctx.tools).timeout_s
+        except ToolNotFound:
+            timeout_s = None
+        policy = self.ctx.policy
+        return run_limit_s(
+            timeout_s,
+            self.ctx.settings.max_run_s,
+            attempts=policy.attempts,
+            backoff_cap_s=policy.cap_s,
+        )
 
     def _log_late(self, record: ApprovalRecord, approved: bool) -> None:
         conflicting = record.state is ApprovalState.EXPIRED or (

@@ -132,6 +132,11 @@ def ledger_lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+SHORT_RUNS = {"STREAM_ADAPTER_MAX_RUN_S": "1", "STREAM_ADAPTER_RETRY_ATTEMPTS": "1"}
+"""A run of a tool without a timeout is surely over a second after it started: "it did not
+run" is allowed soon after its worker died."""
+
+
 async def approve_and_crash(
     worker_factory: Callable[..., WorkerProcess], client: Client, name: str, account: str
 ) -> tuple[str, str, str]:
@@ -139,7 +144,7 @@ async def approve_and_crash(
     running mark is durable, before the tool starts: (approval_id, run_id, call_id).
 
     The next worker meets the run with no outcome and marks it unknown, for a person."""
-    worker = worker_factory(name=name, STREAM_ADAPTER_CRASH_AT=faults.RUNNING)
+    worker = worker_factory(name=name, STREAM_ADAPTER_CRASH_AT=faults.RUNNING, **SHORT_RUNS)
     await worker.ready()
     run_id, call_id = unique("run"), unique("call")
     await client.call(

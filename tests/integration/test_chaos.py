@@ -1,10 +1,11 @@
 """CI-sized chaos and fuzz runs (the full ones: `stream-adapter chaos|fuzz`, docs/chaos.md).
 
 Chaos: 300 calls, two worker SIGKILLs, each while an approved call runs (one of send_invoice,
-idempotent, one of wire_funds, not), one broker kill and restart, scaling 1 -> 2 -> 1, in both
-processing modes, and no duplicate reply for a read_committed reader in exactly-once mode; the
-approved calls of the idempotent tool all end normally, those cut off by a kill too (run again,
-one effect each), the other tool's calls cut off end `unknown`, and no approved call runs twice;
+idempotent, one of wire_funds, not), a SIGSTOP past the session timeout while wire_funds runs,
+one broker kill and restart, scaling 1 -> 2 -> 1, in both processing modes, and no duplicate
+reply for a read_committed reader in exactly-once mode; the approved calls of the idempotent
+tool all end normally, those cut off by a kill too (run again, one effect each), the other
+tool's calls cut off end `unknown`, no approved call runs twice, and none is left in the dark;
 fuzz: a few hundred malformed calls and decisions among valid ones. They run their own broker,
 since the chaos run kills it.
 """
@@ -44,6 +45,7 @@ def _small(guarantee: str) -> ChaosOptions:
         rate=60.0,
         kills=0,  # the two kill-while-running faults are the worker kills
         running_kills=("send_invoice", "wire_funds"),
+        running_pauses=("wire_funds",),
         tool_latency_s=0.4,
         guarantee=guarantee,
         partitions=4,
@@ -66,6 +68,9 @@ async def test_chaos_loses_nothing(
     assert figures.calls_without_terminal_reply == 0, summary
     assert figures.approvals_asked_twice == 0, summary
     assert figures.approved_runs_twice == 0, summary
+    # A worker paused past the session timeout during a wire_funds run wakes as a zombie:
+    # no call is left without a final reply and without a person asked.
+    assert figures.worker_pauses == 1 and figures.calls_in_the_dark == 0, summary
     assert figures.final_lag == 0, summary
     assert figures.unexpected_outcomes == 0, summary
     # Idempotent approved calls all end normally, one ledger effect each; none runs twice.
@@ -92,6 +97,7 @@ async def test_chaos_loses_nothing(
     kinds = [f.kind for f in figures.faults]
     assert kinds.count("broker restart") == 1 and "scale-up 1->2" in kinds, kinds
     assert {"SIGKILL while send_invoice runs", "SIGKILL while wire_funds runs"} <= set(kinds)
+    assert "SIGSTOP while wire_funds runs" in kinds
     assert all(f.recover_s is not None for f in figures.faults), summary
     if guarantee == "exactly_once":
         # contract §8: a read_committed reader sees each reply once (docs/chaos.md).

@@ -10,7 +10,16 @@ import pytest
 
 from stream_adapter.approvals import ApprovalRecord
 from stream_adapter.stream import faults
-from tests.harness import Client, WorkerProcess, read_all, unique, wait_for, wait_lag_zero
+from stream_adapter.stream.topics import approval_requests_topic
+from tests.harness import (
+    Client,
+    WorkerProcess,
+    group_lag,
+    read_all,
+    unique,
+    wait_for,
+    wait_lag_zero,
+)
 
 TERMINAL = {"ok", "error", "already_done"}
 
@@ -128,6 +137,14 @@ async def test_c_an_idempotent_approved_call_killed_while_it_runs_finishes(
         "send_invoice", {"customer": "c", "amount_cents": 7}, run_id=run_id, call_id=call_id
     )
     pending = await client.reply_for(status="pending_approval", run_id=run_id)
+    # The park request committed first: redelivered, it would be answered `already_done`
+    # (at least once, a redelivered request may answer again).
+    requests = approval_requests_topic(first.settings)
+
+    async def park_committed() -> bool:
+        return await group_lag(first.settings, first.settings.app_id, requests) == 0
+
+    await wait_for(park_committed, timeout_s=30, what="the park request's offset committed")
     await client.decide(pending["approval_id"], True)
     await _died(first)
 

@@ -27,7 +27,7 @@ from tests.harness import (
     unique,
     wait_for,
 )
-from tests.integration.review_support import Api, ReviewProcess, add_reviewer, cli
+from tests.integration.review_support import SHORT_RUNS, Api, ReviewProcess, add_reviewer, cli
 
 KEYS = "k1:unknown-outcome-secret-0123456789abcdef"
 
@@ -79,7 +79,10 @@ async def _approve_and_die(
 ) -> tuple[str, str, str]:
     """A worker that dies right after an approved wire_funds call's running mark is durable."""
     worker = worker_factory(
-        name=name, STREAM_ADAPTER_DECISION_KEYS=KEYS, STREAM_ADAPTER_CRASH_AT=faults.RUNNING
+        name=name,
+        STREAM_ADAPTER_DECISION_KEYS=KEYS,
+        STREAM_ADAPTER_CRASH_AT=faults.RUNNING,
+        **SHORT_RUNS,
     )
     await worker.ready()
     run_id, call_id = unique("run"), unique("call")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from stream_adapter.chaos.load import APPROVED, EXPECTED, MIX, CallSpec
@@ -280,3 +281,36 @@ def test_duplicate_examples_list_each_reply_of_a_call_answered_twice_with_its_pl
     many = [_call("echo", n) for n in range(12)]
     twice = {c.call_id: [OK, OK] for c in many}
     assert len(duplicate_examples(many, twice, {}, 0)) == 10
+
+
+def _changelog_entry(call_id: str, state: str | None, runs: int = 1) -> Any:
+    from types import SimpleNamespace
+
+    key = f"appr-{call_id}".encode()
+    if state is None:
+        return SimpleNamespace(key=key, value=None)
+    record = {"approval_id": key.decode(), "call_id": call_id, "state": state, "runs": runs}
+    return SimpleNamespace(key=key, value=orjson.dumps(record))
+
+
+def test_a_call_is_in_the_dark_without_a_final_reply_unless_its_record_is_unknown() -> None:
+    from stream_adapter.chaos.report import in_the_dark
+
+    unknown_reply = {"status": "already_done", "outcome": "unknown"}
+    changelog = [
+        _changelog_entry("answered", "done"),
+        _changelog_entry("listed", "unknown"),
+        # The fault a paused worker made: `done` over the owner's `unknown`, no reply.
+        _changelog_entry("zombie", "unknown"),
+        _changelog_entry("zombie", "done"),
+        _changelog_entry("lost", "running"),
+        _changelog_entry("never_ran", "pending", runs=0),
+        _changelog_entry("removed", "done"),
+        _changelog_entry("removed", None),
+    ]
+    replies = {
+        "answered": [{"status": "ok"}],
+        "listed": [unknown_reply],
+        "zombie": [unknown_reply],
+    }
+    assert sorted(in_the_dark(changelog, replies)) == ["lost", "zombie"]

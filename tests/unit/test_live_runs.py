@@ -43,7 +43,12 @@ class _Table:
     def get(self, approval_id: str) -> ApprovalRecord | None:
         return self.records.get(approval_id)
 
-    async def put(self, record: ApprovalRecord, partition: int, *, now: bool = False) -> None:
+    async def claim(self, partition: int) -> None:
+        return None
+
+    async def put(
+        self, record: ApprovalRecord, partition: int, *, now: bool = False, claim: Any = None
+    ) -> None:
         await asyncio.sleep(0)
         if record.state is ApprovalState.DONE and self.fail_done:
             self.fail_done -= 1

@@ -185,6 +185,28 @@ async def test_api_resolution_checks_its_body_and_the_record_state(
     assert missing.status == 404
 
 
+async def test_it_did_not_run_is_a_409_saying_when_until_the_run_deadline(
+    client: Http, token: str, service: ReviewService
+) -> None:
+    unknown = "appr_young"
+    deadline = "2999-01-01T00:00:00.000Z"
+    service.view.records[unknown] = _record(
+        unknown,
+        ApprovalState.UNKNOWN,
+        runs=1,
+        started_at="2024-01-01T00:00:00.000Z",
+        started_by="kafka:t@host:1",
+        run_deadline=deadline,
+    )
+    auth = {"Authorization": f"Bearer {token}"}
+    shown = await (await client.get(f"/api/approvals/{unknown}", headers=auth)).json()
+    assert shown["run_deadline"] == deadline and shown["started_by"] == "kafka:t@host:1"
+    path = f"/api/approvals/{unknown}/resolution"
+    early = await client.post(path, json={"ran": False}, headers=auth)
+    assert early.status == 409
+    assert deadline in (await early.json())["detail"]
+
+
 async def _login(client: Http, token: str) -> str:
     page = await client.get("/login")
     assert page.status == 401

@@ -12,6 +12,7 @@ import pytest
 from stream_adapter import ApprovalState, MemoryApprovalStore, handle_envelope, resolve_outcome
 from stream_adapter.approvals import (
     MAX_RUNS,
+    ApprovalRecord,
     Decision,
     Resolution,
     Step,
@@ -19,10 +20,12 @@ from stream_adapter.approvals import (
     apply_resolution,
     begin_run,
     give_up,
+    instant,
     new_record,
     next_step,
     parse_decision,
     parse_reviewer_message,
+    run_limit_s,
     settled_reply,
 )
 from stream_adapter.envelope import parse_envelope
@@ -164,3 +167,32 @@ def test_the_metric_counts_unknown_records_and_the_oldest_age() -> None:
     ]
     assert unknown_outcomes(values, now) == (2, 600.0)
     assert unknown_outcomes([orjson.dumps({"state": "done"})], now) == (0, 0.0)
+
+
+def test_it_did_not_run_is_refused_until_the_last_run_is_surely_over() -> None:
+    limit = run_limit_s(None, 600.0, attempts=3, backoff_cap_s=5.0)
+    assert limit == 3 * 600.0 + 2 * 5.0
+    assert run_limit_s(2.0, 600.0) == 2.0
+    record = _unknown_with_deadline(limit)
+    assert record.started_at and record.started_by == "w1"
+    not_run = Resolution(approval_id=record.approval_id, resolution="not_run", reviewer="bob")
+    with pytest.raises(ApprovalConflict) as refused:
+        apply_resolution(record, not_run)
+    assert refused.value.status == 409
+    assert record.run_deadline is not None and record.run_deadline in refused.value.detail
+    later = instant(record.run_deadline)
+    assert later is not None
+    after = (later + timedelta(seconds=1)).isoformat()
+    assert apply_resolution(record, not_run, now=after).state is ApprovalState.APPROVED
+    ran = Resolution(
+        approval_id=record.approval_id, resolution="ran", reviewer="bob", result={"x": 1}
+    )
+    assert apply_resolution(record, ran).state is ApprovalState.DONE
+
+
+def _unknown_with_deadline(limit_s: float) -> ApprovalRecord:
+    envelope = parse_envelope(b'{"tool":"wire_funds","arguments":{}}', message_id="m1")
+    record = new_record(envelope, "wire_funds", origin="test")
+    approve = Decision(approval_id=record.approval_id, approved=True, reviewer="ann")
+    decided, _ = apply_decision(record, approve)
+    return give_up(begin_run(decided, by="w1", limit_s=limit_s))

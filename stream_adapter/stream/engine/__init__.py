@@ -8,6 +8,7 @@ for. The commit rule lives in commits/.
 """
 
 from stream_adapter.stream.engine.app import App
+from stream_adapter.stream.engine.claims import Claim, OwnershipLost, PartitionClaims
 from stream_adapter.stream.engine.connection import faust_connection
 from stream_adapter.stream.engine.keyed import Slots
 from stream_adapter.stream.engine.patches import UnsupportedVersion
@@ -21,12 +22,15 @@ from stream_adapter.stream.engine.table import DurableTable
 __all__ = [
     "App",
     "BatchSender",
+    "Claim",
     "Delivery",
     "DurableTable",
     "Headers",
     "JobRoute",
     "Lane",
     "LaneLinks",
+    "OwnershipLost",
+    "PartitionClaims",
     "Process",
     "Record",
     "RecordBatch",

@@ -8,13 +8,14 @@ Faust (engine/patches.py), which check the installed versions first.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
 import faust
 from faust import streams as faust_streams
 
 from stream_adapter.stream.engine import patches
+from stream_adapter.stream.engine.claims import PartitionClaims
 from stream_adapter.stream.engine.commits.gate import CommitGate
 from stream_adapter.stream.engine.commits.transactions import TransactionGuard
 from stream_adapter.stream.engine.consumer import (
@@ -99,6 +100,27 @@ class App(faust.App):
         self.__dict__["_fast_drains"] = consumer.drains
         self.__dict__["_fast_pauses"] = consumer.pauses
         return consumer
+
+    def partition_claims(self, topics: Iterable[str]) -> PartitionClaims:
+        """Fenced writers of the partitions of topics (engine/claims.py): each partition is
+        claimed when newly assigned, before tables restore and streams read it."""
+        claims = PartitionClaims(self, topics)
+        self.__dict__.setdefault("_partition_claims", []).append(claims)
+        return claims
+
+    async def on_stop(self) -> None:
+        """Faust's (the consumer stops first, its in-flight work done), then the claims."""
+        await super().on_stop()
+        for claims in self.__dict__.get("_partition_claims", []):
+            await claims.stop()
+
+    async def _on_partitions_assigned(self, assigned: Any, generation_id: int = 0) -> None:
+        """Faust's, after claiming the newly assigned partitions (fencing their previous
+        owners' writes) and releasing the revoked ones."""
+        if not self.should_stop:
+            for claims in self.__dict__.get("_partition_claims", []):
+                await claims.on_assigned(assigned, generation_id)
+        await super()._on_partitions_assigned(assigned, generation_id)
 
     def add_service(self, start: Hook, stop: Hook) -> None:
         """Run start when the app starts and stop when it stops (Faust's service lifecycle)."""

@@ -8,6 +8,10 @@ restored the partition from the changelog never saw it (docs/chaos.md). Exactly 
 joins the transaction of the message being processed and reaches the local store only once
 that transaction commits (staged until then, and read through), so the store never holds
 what an abort took back; with `now`, it goes outside the transaction, durable at once.
+With claims (engine/claims.py), a write outside the message's transaction (every write at
+least once, a `now` write exactly once) is a transaction of the partition's claim: a worker
+that lost the partition cannot write it (OwnershipLost), so its changelog never disagrees
+with its owner's table.
 A delete is a write of None: a tombstone on the changelog, which compaction later drops.
 """
 
@@ -16,6 +20,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
+from faust.types import TP
+
+from stream_adapter.stream.engine.claims import Claim, PartitionClaims, Write
 from stream_adapter.stream.engine.commits.transactions import TransactionGuard
 from stream_adapter.stream.engine.producer import Sender, acked, check_size
 
@@ -23,9 +30,16 @@ from stream_adapter.stream.engine.producer import Sender, acked, check_size
 class DurableTable:
     """Durable reads and writes of a Faust table (`app.Table` with bytes keys and values)."""
 
-    def __init__(self, table: Any, sender: Sender, guard: TransactionGuard | None = None) -> None:
+    def __init__(
+        self,
+        table: Any,
+        sender: Sender,
+        guard: TransactionGuard | None = None,
+        claims: PartitionClaims | None = None,
+    ) -> None:
         self._table = table
         self._sender = sender
+        self._claims = claims
         self._staged: dict[str, dict[bytes, tuple[int, bytes | None]]] = {}  # by transactional id
         self._unacked: dict[bytes, tuple[bytes | None, object]] = {}  # the key's latest write
         if guard is not None:
@@ -47,18 +61,39 @@ class DurableTable:
         """Every value in this worker's table partitions (committed ones only)."""
         return self._table.data.values()  # type: ignore[no-any-return]
 
+    async def claim(self, partition: int) -> Claim | None:
+        """This worker's current claim of partition (None without claims); OwnershipLost
+        when it does not own it."""
+        return None if self._claims is None else await self._claims.claim(partition)
+
     async def put(
-        self, key: bytes, value: bytes | None, partition: int, *, now: bool = False
+        self,
+        key: bytes,
+        value: bytes | None,
+        partition: int,
+        *,
+        now: bool = False,
+        claim: Claim | None = None,
     ) -> None:
         """Store value (None: delete key) and wait until its changelog entry (a tombstone for
         None) is acknowledged by the broker.
 
         Exactly once the entry joins the current message's transaction, except with `now`.
-        RecordTooLarge, nothing written, for a record above MAX_RECORD_BYTES.
+        RecordTooLarge, nothing written, for a record above MAX_RECORD_BYTES. With claims, a
+        write outside that transaction goes through claim (by default the partition's current
+        one) and raises OwnershipLost once the partition changed hands.
         """
         topic = self._table.changelog_topic.get_topic_name()
         check_size(topic, key, value)
-        if not self._sender.exactly_once:
+        exactly_once = self._sender.exactly_once
+        if self._claims is not None and (now or not exactly_once):
+            if exactly_once:
+                for writes in self._staged.values():
+                    writes.pop(key, None)
+            claim = claim or await self._claims.claim(partition)
+            await self._acked(key, value, partition, self._claimed(claim, key, value, partition))
+            return
+        if not exactly_once:
             sent = acked(self._table.send_changelog(partition, key, value), topic)
             await self._acked(key, value, partition, sent)
             return
@@ -73,6 +108,14 @@ class DurableTable:
         # nothing can commit between the send and this job's ack (commits/gate.py).
         tid = self._sender.transaction_of_current()
         self._staged.setdefault(tid, {})[key] = (partition, value)
+
+    async def _claimed(self, claim: Claim, key: bytes, value: bytes | None, partition: int) -> None:
+        topic = self._table.changelog_topic.get_topic_name()
+        [written] = await acked(claim.write([Write(topic, key, value, partition)]), topic)
+        store = self._table.data
+        if not self._sender.exactly_once and hasattr(store, "set_persisted_offset"):
+            # As Faust's own changelog send at least once: restore starts after it.
+            store.set_persisted_offset(TP(topic, partition), written.offset)
 
     async def _acked(
         self, key: bytes, value: bytes | None, partition: int, sent: Awaitable[Any]

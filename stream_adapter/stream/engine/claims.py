@@ -1,0 +1,182 @@
+"""Fenced writes of a partition's records: only the worker that owns the partition now.
+
+A worker that pauses past the session timeout (a long stall, a frozen container) loses its
+partitions and, when it wakes, carries on: a zombie. Each partition of a claimed topic set
+has a transactional producer of its own (transactional id `{app id}-marks-{partition}`),
+started when the partition is newly assigned, before Faust restores its tables or its
+streams read it: that start (`InitProducerId`) completes or aborts the previous owner's open
+transaction and bumps the id's epoch, so every later write of the previous owner's producer
+fails with ProducerFenced. A write goes through a `Claim`, each in a transaction of its own;
+one that fails because the partition changed hands raises `OwnershipLost`, and its records
+are never visible to a read_committed reader (the worker's consumer and table restore read
+committed records only, loop_consumer.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    ProducerFenced,
+)
+from aiokafka.producer.transaction_manager import TransactionState
+
+from stream_adapter import logs
+from stream_adapter.stream.engine.records import Headers
+
+STOP_TIMEOUT_S = 10.0
+
+FENCED = (ProducerFenced, InvalidProducerEpoch)
+"""What a producer whose transactional id a newer owner started meets."""
+
+
+class OwnershipLost(Exception):
+    """A write for a partition this worker no longer owns: its records were not written
+    (internal to the stream layer; the flow discards what it was writing)."""
+
+    def __init__(self, partition: int, reason: str) -> None:
+        super().__init__(f"partition {partition} is no longer owned here ({reason})")
+        self.partition = partition
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Write:
+    """One record of a claimed write."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    partition: int | None = None
+    headers: Headers | None = None
+
+
+@dataclass(eq=False)
+class Claim:
+    """This worker's ownership of one partition, from one assignment until it is lost."""
+
+    partition: int
+    transactional_id: str
+    producer: Any
+    lost: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def write(self, records: Sequence[Write]) -> list[Any]:
+        """Write records in one transaction; their metadata once committed. OwnershipLost
+        when the partition changed hands since this claim was made (nothing was written)."""
+        async with self.lock:
+            if self.lost:
+                raise OwnershipLost(self.partition, "released")
+            producer = self.producer
+            try:
+                await producer.begin_transaction()
+                sent = [
+                    await producer.send(
+                        r.topic, r.value, key=r.key, partition=r.partition, headers=r.headers
+                    )
+                    for r in records
+                ]
+                await producer.commit_transaction()
+                return [await future for future in sent]
+            except FENCED as exc:
+                self.lost = True
+                raise OwnershipLost(self.partition, type(exc).__name__) from exc
+            except BaseException:
+                manager = producer._txn_manager
+                if manager.state == TransactionState.FATAL_ERROR:
+                    self.lost = True
+                    raise OwnershipLost(self.partition, "producer failed") from None
+                if manager.is_in_transaction():
+                    with contextlib.suppress(Exception):
+                        await producer.abort_transaction()
+                raise
+
+
+class PartitionClaims:
+    """The claims of the partitions of `topics` (co-partitioned) this worker owns."""
+
+    def __init__(self, app: Any, topics: Iterable[str], name: str = "marks") -> None:
+        self._app = app
+        self._topics = frozenset(topics)
+        self._name = name
+        self._claims: dict[int, Claim] = {}
+        self._claiming: dict[int, asyncio.Lock] = {}
+        self._generation: int | None = None
+
+    def transactional_id(self, partition: int) -> str:
+        return f"{self._app.conf.id}-{self._name}-{partition}"
+
+    def owned(self) -> set[int]:
+        """The partitions of the claimed topics in the consumer's assignment."""
+        assignment = self._app.consumer.assignment()
+        return {tp.partition for tp in assignment if tp.topic in self._topics}
+
+    async def on_assigned(self, assigned: Iterable[Any], generation: int) -> None:
+        """Claim the newly assigned partitions (fencing their previous owners) and release
+        those no longer assigned. A partition kept from the group's previous generation keeps
+        its claim, so a run it started still writes its outcome; after a gap (this worker
+        was out of the group, as a paused one is) every partition is claimed afresh, as
+        another worker may have owned it meanwhile."""
+        mine = {tp.partition for tp in assigned if tp.topic in self._topics}
+        continuous = self._generation is not None and generation == self._generation + 1
+        self._generation = generation
+        for partition in list(self._claims):
+            if partition not in mine or not continuous:
+                await self._release(partition)
+        fresh = sorted(p for p in mine if p not in self._claims or self._claims[p].lost)
+        outcomes = await asyncio.gather(*(self._claim(p) for p in fresh), return_exceptions=True)
+        for partition, outcome in zip(fresh, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                logs.event(
+                    logs.WARNING,
+                    "partition not claimed yet; claimed at its first write",
+                    partition=partition,
+                    error_kind=type(outcome).__name__,
+                )
+
+    async def claim(self, partition: int) -> Claim:
+        """The current claim of partition, made now if its start failed at the assignment;
+        OwnershipLost when the partition is not assigned here."""
+        current = self._claims.get(partition)
+        if current is not None and not current.lost:
+            return current
+        if current is not None or partition not in self.owned():
+            # A lost claim is never renewed but by a new assignment: a zombie must not
+            # fence the partition's owner.
+            raise OwnershipLost(partition, "not assigned")
+        return await self._claim(partition)
+
+    async def _claim(self, partition: int) -> Claim:
+        async with self._claiming.setdefault(partition, asyncio.Lock()):
+            current = self._claims.get(partition)
+            if current is not None and not current.lost:
+                return current
+            tid = self.transactional_id(partition)
+            producer = self._app.producer._new_producer(transactional_id=tid)
+            try:
+                await producer.start()  # InitProducerId: the previous owner is fenced
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(producer.stop(), STOP_TIMEOUT_S)
+                raise
+            claim = self._claims[partition] = Claim(partition, tid, producer)
+            return claim
+
+    async def _release(self, partition: int) -> None:
+        claim = self._claims.pop(partition)
+        claim.lost = True
+        async with claim.lock:  # a write in progress ends first (committed or fenced)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(claim.producer.stop(), STOP_TIMEOUT_S)
+
+    async def stop(self) -> None:
+        """Release every claim (the worker stops)."""
+        for partition in list(self._claims):
+            await self._release(partition)

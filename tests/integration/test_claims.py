@@ -1,0 +1,129 @@
+"""Partition claims against the real broker: the newest claim of a partition fences every
+earlier one, and what a fenced claim wrote never reaches a read_committed reader.
+
+Two `PartitionClaims` play two workers of one app (each its own producers, as two processes
+have); the group's assignment is handed to them as Faust's rebalance callback would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.structs import TopicPartition
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as Partition
+
+from stream_adapter.settings import Settings
+from stream_adapter.stream.engine import OwnershipLost, PartitionClaims
+from stream_adapter.stream.engine.claims import Write
+from tests.harness import unique
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "requests"
+"""The claimed topic's name (only its partitions matter to a claim)."""
+
+
+def _worker(settings: Settings, owned: set[TopicPartition]) -> Any:
+    """What PartitionClaims uses of a Faust app: its id, a producer factory, an assignment."""
+
+    def new_producer(transactional_id: str) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            bootstrap_servers=settings.bootstrap_servers,
+            transactional_id=transactional_id,
+            enable_idempotence=True,
+            acks="all",
+        )
+
+    return SimpleNamespace(
+        conf=SimpleNamespace(id=settings.app_id),
+        producer=SimpleNamespace(_new_producer=new_producer),
+        consumer=SimpleNamespace(assignment=lambda: owned),
+    )
+
+
+@pytest.fixture
+async def claims(settings: Settings) -> AsyncIterator[Callable[[], PartitionClaims]]:
+    made: list[PartitionClaims] = []
+
+    def make() -> PartitionClaims:
+        made.append(PartitionClaims(_worker(settings, {TopicPartition(TOPIC, 0)}), [TOPIC]))
+        return made[-1]
+
+    yield make
+    for each in made:
+        await each.stop()
+
+
+def _committed_values(settings: Settings, partition: int) -> list[bytes]:
+    """The values on the approvals topic's partition, read_committed, by librdkafka."""
+    topic = settings.approvals_topic
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": unique("reader"),
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        end = consumer.get_watermark_offsets(Partition(topic, partition), timeout=10)[1]
+        consumer.assign([Partition(topic, partition, 0)])
+        values: list[bytes] = []
+        for _ in range(200):
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+            [position] = consumer.position([Partition(topic, partition)])
+            if position.offset >= end:
+                return values
+        raise AssertionError("the partition was not read to its end")
+    finally:
+        consumer.close()
+
+
+def _write(settings: Settings, value: bytes) -> list[Write]:
+    return [Write(settings.approvals_topic, b"k", value, 0)]
+
+
+async def test_a_newer_claim_fences_the_older_one(
+    settings: Settings, claims: Callable[[], PartitionClaims]
+) -> None:
+    zombie, owner = claims(), claims()
+    assigned = [TopicPartition(TOPIC, 0)]
+    await zombie.on_assigned(assigned, generation=1)
+    old = await zombie.claim(0)
+    await old.write(_write(settings, b"before"))
+    await owner.on_assigned(assigned, generation=2)  # the zombie missed this generation
+    with pytest.raises(OwnershipLost):
+        await old.write(_write(settings, b"zombie"))
+    with pytest.raises(OwnershipLost):  # and never claims the partition again by itself
+        await zombie.claim(0)
+    await (await owner.claim(0)).write(_write(settings, b"owner"))
+    assert _committed_values(settings, 0) == [b"before", b"owner"]
+
+
+async def test_a_claim_lasts_across_consecutive_generations_and_not_across_a_gap(
+    settings: Settings, claims: Callable[[], PartitionClaims]
+) -> None:
+    worker = claims()
+    assigned = [TopicPartition(TOPIC, 0)]
+    await worker.on_assigned(assigned, generation=4)
+    first = await worker.claim(0)
+    await worker.on_assigned(assigned, generation=5)  # kept: a run started under it still writes
+    assert await worker.claim(0) is first
+    await first.write(_write(settings, b"kept"))
+    await worker.on_assigned(assigned, generation=7)  # a gap: another worker may have owned it
+    again = await worker.claim(0)
+    assert again is not first
+    with pytest.raises(OwnershipLost):
+        await first.write(_write(settings, b"stale"))
+    await again.write(_write(settings, b"fresh"))
+    await worker.on_assigned([], generation=8)  # revoked
+    with pytest.raises(OwnershipLost):
+        await again.write(_write(settings, b"revoked"))
+    assert _committed_values(settings, 0) == [b"kept", b"fresh"]
