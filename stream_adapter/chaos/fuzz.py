@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from stream_adapter.approvals import ApprovalRecord
 from stream_adapter.envelope import parse_envelope
@@ -45,7 +44,7 @@ from .malformed import (
     is_rejected_decision,
 )
 from .observe import ReplyReader, read_topic, settle_lag
-from .report import ledger_counts
+from .report import ledger_counts, render_figures
 
 FUZZ_KEYS = "fuzz-1:fuzz-secret-one-0123456789abcdef,fuzz-2:fuzz-secret-two-0123456789abcdef"
 
@@ -332,12 +331,4 @@ async def run_fuzz(
 
 
 def render_fuzz(figures: FuzzFigures, console: Console) -> None:
-    verdict = "[green]PASS[/green]" if figures.passed else "[red]FAIL[/red]"
-    table = Table("figure", "value", title=f"fuzz run: {verdict}")
-    for name, value in figures.to_json().items():
-        if name not in ("examples", "passed"):
-            table.add_row(name.replace("_", " "), str(value))
-    console.print(table)
-    for name, examples in figures.examples.items():
-        if examples:
-            console.print(f"{name}: {', '.join(examples)}")
+    render_figures(figures, console, "fuzz run")

@@ -26,7 +26,6 @@ from typing import Any
 
 import orjson
 from rich.console import Console
-from rich.table import Table
 
 from stream_adapter.envelope import MAX_ENVELOPE_BYTES
 from stream_adapter.partitions import partition_for
@@ -39,7 +38,7 @@ from .environment import create_run_topics, run_settings
 from .harness import BrokerControl, WorkerPool
 from .load import CallSender, producer_for, wait_for_record
 from .observe import ReplyReader, settle_lag
-from .report import ledger_counts
+from .report import ledger_counts, render_figures
 
 HOSTILE_KEYS = "hostile-1:hostile-secret-one-long-enough-for-the-check"
 PARTITIONS = 4
@@ -480,12 +479,4 @@ async def run_hostile(
 
 
 def render_hostile(figures: HostileFigures, console: Console) -> None:
-    verdict = "[green]PASS[/green]" if figures.passed else "[red]FAIL[/red]"
-    table = Table("figure", "value", title=f"hostile fuzz run ({figures.guarantee}): {verdict}")
-    for name, value in figures.to_json().items():
-        if name not in ("examples", "passed"):
-            table.add_row(name.replace("_", " "), str(value))
-    console.print(table)
-    for name, examples in figures.examples.items():
-        if examples:
-            console.print(f"{name}: {'; '.join(examples)}")
+    render_figures(figures, console, f"hostile fuzz run ({figures.guarantee})", sep="; ")

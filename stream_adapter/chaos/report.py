@@ -503,3 +503,17 @@ def render(figures: ChaosFigures, console: Console) -> None:
             )
             copies.add_row(example.call_id, example.tool, where)
         console.print(copies)
+
+
+def render_figures(figures: Any, console: Console, title: str, *, sep: str = ", ") -> None:
+    """A fuzz run's figures as a table titled with its verdict, then its examples: figures has
+    `passed`, `examples` (name to example texts) and `to_json()`."""
+    verdict = "[green]PASS[/green]" if figures.passed else "[red]FAIL[/red]"
+    table = Table("figure", "value", title=f"{title}: {verdict}")
+    for name, value in figures.to_json().items():
+        if name not in ("examples", "passed"):
+            table.add_row(name.replace("_", " "), str(value))
+    console.print(table)
+    for name, examples in figures.examples.items():
+        if examples:
+            console.print(f"{name}: {sep.join(examples)}")
