@@ -15,6 +15,7 @@ import orjson
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from stream_adapter.approvals import ApprovalRecord, utc_now
+from stream_adapter.envelope import TOPIC_MAX_MESSAGE_BYTES
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import approval_requests_topic, create_topics, describe_topics
@@ -35,14 +36,21 @@ async def _recreate(settings: Settings, topic: str) -> None:
     admin.delete_topics([topic])[topic].result(timeout=30)
     deadline = time.monotonic() + 60
     while True:
-        created = admin.create_topics([NewTopic(topic, settings.partitions, 1)])[topic]
+        # As `topics create` makes it: the record size is part of a topic's expected config.
+        size = {"max.message.bytes": str(TOPIC_MAX_MESSAGE_BYTES)}
+        new = NewTopic(topic, settings.partitions, 1, config=size)
+        created = admin.create_topics([new])[topic]
         try:
             created.result(timeout=30)
-            return
+            break
         except Exception:  # still being deleted
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.5)
+    while not admin.list_topics(topic, timeout=10).topics[topic].partitions:  # metadata caught up
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic} created but not yet in the metadata")
+        await asyncio.sleep(0.2)
 
 
 async def _records(settings: Settings) -> list[ApprovalRecord]:

@@ -20,9 +20,10 @@ from urllib.parse import quote
 import orjson
 import pytest
 
+from stream_adapter.approvals import fingerprint
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
-from tests.harness import Client, WorkerProcess, read_all, unique, wait_for
+from tests.harness import Client, WorkerProcess, latest_record, read_all, unique, wait_for
 from tests.integration.review_support import (
     ReviewProcess,
     add_reviewer,
@@ -551,7 +552,10 @@ async def test_unknown_outcomes_are_resolved_both_ways_and_the_agent_gets_each_f
             assert len(sent) == 1
             body = orjson.loads(sent[0].value)
             assert (body["resolution"], body["reviewer"]) == (kind, "ann")
-            keys.verify(sent[0].value, dict(sent[0].headers))  # raises when unsigned
+            record = await latest_record(settings, approval_id)
+            assert record is not None
+            # Raises when unsigned, or signed over anything but this value and record.
+            keys.verify(sent[0].value, dict(sent[0].headers), binds=fingerprint(record))
     finally:
         agent.close()
         process.kill()

@@ -25,6 +25,8 @@ CORE_MODULES = [
 ]
 # Public in their module, deliberately not re-exported at the top level.
 MODULE_LEVEL_ONLY = {
+    "check_run_over",
+    "run_limit_s",
     "DEBUG",
     "ERROR",
     "INFO",
