@@ -290,6 +290,7 @@ class BrokerWatch:
         self._probed_at: float | None = None
         self._summary_at = clock()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @classmethod
     def for_settings(cls, settings: Settings, **options: Any) -> BrokerWatch:
@@ -316,11 +317,15 @@ class BrokerWatch:
     async def start(self) -> None:
         """Filter the clients' loggers and check the broker until `stop`."""
         self.noise.install()
+        self._stopping = False
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
+            # The flag as well as the cancel: a cancel that lands as a probe ends can be lost
+            # in the probe's timeout (Python 3.11), and the loop would run on, its stop with it.
+            self._stopping = True
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -330,7 +335,7 @@ class BrokerWatch:
             self._summarise(summary)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.check()
             except asyncio.CancelledError:
@@ -360,7 +365,8 @@ class BrokerWatch:
     async def _probe_once(self) -> str | None:
         """None when the broker answered, else the error's kind."""
         try:
-            await asyncio.wait_for(self._probe(), self.probe_timeout_s)
+            async with asyncio.timeout(self.probe_timeout_s):
+                await self._probe()
         except asyncio.CancelledError:
             raise
         except Exception as exc:

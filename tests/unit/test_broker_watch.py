@@ -5,6 +5,7 @@ stand-in probe and a hand-moved clock."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 
@@ -269,3 +270,22 @@ async def test_back_only_once_the_clients_have_settled(
         "broker unreachable, retrying",
         "broker reachable again after 9 s",
     ]
+
+
+async def test_stop_ends_the_watch_even_when_a_probe_swallows_its_cancel() -> None:
+    """A cancel that a probe swallows (a client library's own handling, or one that lands as
+    the probe ends) leaves the loop running: the watch still ends at its next turn, so a
+    short command such as `stream-adapter call` exits instead of hanging in its stop."""
+    probing = asyncio.Event()
+
+    async def stubborn() -> None:
+        probing.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            return  # swallowed: the probe "finished" instead of being cancelled
+
+    watch = BrokerWatch(SERVERS, stubborn, check_every_s=0.0, retry_every_s=0.0)
+    await watch.start()
+    await asyncio.wait_for(probing.wait(), 5)
+    await asyncio.wait_for(watch.stop(), 5)  # TimeoutError here: the stop hung
