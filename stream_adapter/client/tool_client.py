@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 from stream_adapter import kafka_clients
 from stream_adapter.client.calls import CallHandle, OnReply, SentCall
 from stream_adapter.client.reader import ReplyReader
+from stream_adapter.connectivity import BrokerStatus, BrokerWatch
 from stream_adapter.envelope import parse_envelope
 from stream_adapter.errors import AdapterError
 from stream_adapter.ids import fresh_id, kafka_message_id
@@ -43,7 +44,10 @@ class ToolClient:
 
     Use it as an async context manager (or `start()` / `close()`). Safe for any number of
     concurrent calls on one event loop. Connection, TLS, SASL and compression come from
-    `Settings` (the environment, as for the worker).
+    `Settings` (the environment, as for the worker). While started it watches the broker
+    (`watch_broker`): one `broker unreachable` line when it goes, one `broker reachable again
+    after N s` when it is back, the Kafka clients' retry lines collapsed (connectivity.py; one
+    watch per process is enough, so further clients may pass False).
     """
 
     def __init__(
@@ -52,8 +56,11 @@ class ToolClient:
         *,
         release_after_s: float = 60.0,
         headers: Mapping[str, bytes] | None = None,
+        watch_broker: bool = True,
     ) -> None:
         self.settings = settings if settings is not None else Settings()
+        self._watch_broker = watch_broker
+        self._watch: BrokerWatch | None = None
         self._release_after_s = release_after_s
         self._headers = [(k, v) for k, v in (headers or {}).items()]
         self._producer: AIOKafkaProducer | None = None
@@ -89,10 +96,21 @@ class ToolClient:
             release_after_s=self._release_after_s,
         )
         self._reader.start()
+        if self._watch_broker:  # once connected: a broker unreachable at start was the error
+            self._watch = BrokerWatch.for_settings(settings)
+            await self._watch.start()
         return self
+
+    @property
+    def broker(self) -> BrokerStatus | None:
+        """The broker as this client sees it (None when not watching or not started)."""
+        return None if self._watch is None else self._watch.status()
 
     async def close(self) -> None:
         """Stop reading and producing; open handles then fail with an AdapterError."""
+        if self._watch is not None:
+            await self._watch.stop()
+            self._watch = None
         if self._reader is not None:
             await self._reader.stop()
             self._reader = None

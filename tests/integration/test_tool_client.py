@@ -72,6 +72,18 @@ async def test_a_call_returns_its_final_reply(tools: ToolClient) -> None:
     assert reply["run_id"].startswith("run_") and reply["call_id"].startswith("call_")
 
 
+async def test_a_started_client_watches_the_broker(eo_settings: Settings) -> None:
+    """A started client says how it sees the broker (connectivity.py: one state line per
+    change in an outage); one asked not to watch leaves that to another client."""
+    async with ToolClient(eo_settings) as watching:
+        status = watching.broker
+        assert status is not None and status.reachable
+        assert status.servers == eo_settings.bootstrap_servers
+    assert watching.broker is None  # closed: the watch stopped with it
+    async with ToolClient(eo_settings, watch_broker=False) as quiet:
+        assert quiet.broker is None
+
+
 async def test_error_replies_raise_the_contracts_typed_errors(tools: ToolClient) -> None:
     with pytest.raises(ToolFailed) as failed:
         await tools.call("boom", {}, timeout_s=60)
