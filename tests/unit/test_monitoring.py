@@ -9,6 +9,7 @@ tests/integration/test_monitoring_names.py.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -136,6 +137,21 @@ def test_grafana_is_provisioned_with_the_dashboard_and_the_prometheus_source() -
         assert panel.get("description"), panel["title"]
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def test_dashboard_legends_name_labels_in_grafana_syntax() -> None:
+    """A legend is text with `{{label}}` placeholders; other braces show literally in Grafana."""
+    dashboard = json.loads((DASHBOARDS / "stream-adapter.json").read_text())
+    legends = [
+        (panel["title"], target["legendFormat"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+        if "legendFormat" in target
+    ]
+    assert legends
+    for title, legend in legends:
+        rest = re.sub(r"\{\{\w+\}\}", "", legend)
+        assert "{" not in rest and "}" not in rest, (title, legend)
 
 
 def _dockerfile() -> list[str]:
