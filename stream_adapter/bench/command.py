@@ -121,8 +121,9 @@ def bench(
     state_sizes: tuple[int, ...],
     state_guarantees: tuple[str, ...],
 ) -> None:
-    """Measure the worker side by side with an aiokafka loop, a librdkafka loop and Quix
-    Streams apps.
+    """Measure the worker side by side with an aiokafka loop and Quix Streams apps.
+
+    The same loop on librdkafka runs too, the ceiling every ratio is also quoted against.
 
     Every contender runs once per round, the rounds interleaved; figures are medians."""
     from stream_adapter.bench import summary
