@@ -1,4 +1,5 @@
-"""Contender 1: a hand-written aiokafka loop, the Python ceiling for envelope -> reply work.
+"""Contender 1: a hand-written aiokafka loop, the aiokafka ceiling for envelope -> reply work
+(the same loop on librdkafka, `librdkafka_loop.py`, is the client ceiling).
 
 Consume a batch, parse each envelope, produce its reply, flush, then commit: the same
 at-least-once guarantee as the worker, with none of its features.

@@ -34,8 +34,9 @@ from stream_adapter.settings import Settings
 @click.option(
     "--skip",
     multiple=True,
-    type=click.Choice(["baseline", "eos", "quix", "quix-eos", "sleep"]),
-    help="Leave a contender out (repeatable; quix-eos: Quix Streams exactly once only).",
+    type=click.Choice(["baseline", "librdkafka-loop", "eos", "quix", "quix-eos", "sleep"]),
+    help="Leave a contender out (repeatable; baseline: the aiokafka loop; quix-eos: Quix "
+    "Streams exactly once only).",
 )
 @click.option(
     "--rounds",
@@ -121,6 +122,8 @@ def bench(
     state_guarantees: tuple[str, ...],
 ) -> None:
     """Measure the worker side by side with an aiokafka loop and Quix Streams apps.
+
+    The same loop on librdkafka runs too, the ceiling every ratio is also quoted against.
 
     Every contender runs once per round, the rounds interleaved; figures are medians."""
     from stream_adapter.bench import summary

@@ -32,6 +32,8 @@ TARGET_P99_MS = 25.0
 EOS_TARGET_P99_MS = 200.0
 """The exactly-once latency target (at half its own rate), drawn on the chart."""
 
+LIBRDKAFKA_LOOP = "librdkafka-loop"
+
 AT_LEAST_ONCE = "at-least-once"
 EXACTLY_ONCE = "exactly-once"
 
@@ -48,13 +50,18 @@ def throughput_pairs(cfg: BenchConfig) -> list[tuple[str, str]]:
         ("worker-eos", "worker"),
     ]
     pairs += [("worker-eos", quix_eos_name(s)) for s in cfg.quix_eos_intervals_s]
-    return pairs
+    # The librdkafka loop is the ceiling every contender is also quoted against.
+    against = ["worker", "worker-eos", "aiokafka-loop", "quix-streams"]
+    against += [quix_eos_name(s) for s in cfg.quix_eos_intervals_s]
+    return pairs + [(name, LIBRDKAFKA_LOOP) for name in against]
 
 
 def p99_pairs(cfg: BenchConfig) -> list[tuple[str, str]]:
     """The p99 ratios reported, at each rate both sides were paced at."""
     pairs = [("worker", "aiokafka-loop"), ("worker", "quix-streams")]
-    return pairs + [("worker-eos", quix_eos_name(s)) for s in cfg.quix_eos_intervals_s]
+    pairs += [("worker-eos", quix_eos_name(s)) for s in cfg.quix_eos_intervals_s]
+    against = ["worker", "aiokafka-loop", "quix-streams"]
+    return pairs + [(name, LIBRDKAFKA_LOOP) for name in against]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +129,9 @@ def plan(cfg: BenchConfig, run_id: str, round_no: int, echo: list[bytes]) -> lis
     if "baseline" not in cfg.skip:
         loop = _module(cfg, "aiokafka-loop", tag, "stream_adapter.bench.baseline")
         out.append(Planned(loop, echo, AT_LEAST_ONCE))
+    if LIBRDKAFKA_LOOP not in cfg.skip:
+        module = "stream_adapter.bench.librdkafka_loop"
+        out.append(Planned(_module(cfg, LIBRDKAFKA_LOOP, tag, module), echo, AT_LEAST_ONCE))
     if "quix" not in cfg.skip:
         quix = _module(cfg, "quix-streams", tag, "stream_adapter.bench.quix")
         out.append(Planned(quix, echo, AT_LEAST_ONCE))

@@ -31,7 +31,15 @@ async def test_small_bench_runs_every_contender_in_rounds(
         quix_eos_intervals_s=(0.5,),
     )
     rounds = await run_bench(cfg, say=lambda _: None)
-    names = ["worker", "aiokafka-loop", "quix-streams", "quix-eos-0.5s", "sleep-64", "sleep-256"]
+    names = [
+        "worker",
+        "aiokafka-loop",
+        "librdkafka-loop",
+        "quix-streams",
+        "quix-eos-0.5s",
+        "sleep-64",
+        "sleep-256",
+    ]
     assert [[r.name for r in one] for one in rounds] == [names, names]
     for one in rounds:
         for result in one:
@@ -44,7 +52,7 @@ async def test_small_bench_runs_every_contender_in_rounds(
     assert eos_rates[1] == 2 * eos_rates[0]  # its own rates: no worker-eos ran
     for one in rounds:  # the same rates in every round
         by = {r.name: r for r in one}
-        for name in ("worker", "aiokafka-loop", "quix-streams"):
+        for name in ("worker", "aiokafka-loop", "librdkafka-loop", "quix-streams"):
             assert [lat.rate for lat in by[name].latency] == worker_rates
             assert all(0 < lat.p50_ms <= lat.p99_ms <= lat.max_ms for lat in by[name].latency)
         assert [lat.rate for lat in by["quix-eos-0.5s"].latency] == eos_rates
@@ -52,6 +60,8 @@ async def test_small_bench_runs_every_contender_in_rounds(
     print_table(cfg, rounds, say=lines.append)
     assert any(line.startswith("worker / aiokafka-loop: ") for line in lines)
     assert any(line.startswith("p99 worker / aiokafka-loop: ") for line in lines)
+    assert any(line.startswith("worker / librdkafka-loop: ") for line in lines)
+    assert any(line.startswith("p99 worker / librdkafka-loop: ") for line in lines)
     json_path, png_path = write_outputs(cfg, rounds)
     data = orjson.loads(json_path.read_bytes())
     assert [[r["name"] for r in one] for one in data["rounds"]] == [names, names]
@@ -59,8 +69,10 @@ async def test_small_bench_runs_every_contender_in_rounds(
     assert set(data["ratios"]) >= {
         "worker / aiokafka-loop",
         "worker / quix-streams",
+        "worker / librdkafka-loop",
+        "aiokafka-loop / librdkafka-loop",
         "sleep-64 / ideal",
         "sleep-256 / ideal",
     }
-    assert [len(data["latency"][n]) for n in names[:4]] == [2, 2, 2, 2]
+    assert [len(data["latency"][n]) for n in names[:5]] == [2, 2, 2, 2, 2]
     assert png_path.read_bytes().startswith(b"\x89PNG")
