@@ -1,0 +1,117 @@
+"""The docs name only modules that exist, and the contract's library API imports as written."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+import stream_adapter
+import stream_adapter.client
+from tests.harness import ROOT
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PACKAGE = ROOT / "stream_adapter"
+PY_PATH = re.compile(r"(?<![\w/.-])((?:[A-Za-z_]\w*/)+[A-Za-z_]\w*\.py)\b")
+"""`stream_adapter/x.py`, `tests/unit/x.py`, and paths inside the package such as
+`stream/engine/consumer.py` or `engine/commits/gate.py`."""
+PACKAGE_PATH = re.compile(r"(?<![\w/.-])(stream_adapter/[\w./-]*[\w/])")
+"""Any path under the package, a folder or a non-Python file too (`stream_adapter/broker/`)."""
+DOTTED = re.compile(r"(?<![\w./-])(stream_adapter(?:\.[A-Za-z_]\w*)+)")
+NOT_MODULES = {"stream_adapter.run_envelope": ROOT / "examples" / "celery_app.py"}
+"""Dotted names that are not Python names, and the file that defines each (a Celery task name)."""
+PACKAGE_FILES = [p.relative_to(ROOT).as_posix() for p in PACKAGE.rglob("*") if p.is_file()]
+
+
+def missing_paths(text: str) -> list[str]:
+    """The `.py` and package paths in text that name no file or folder of the repository."""
+    out = []
+    for path in PY_PATH.findall(text):
+        if (ROOT / path).exists() or (PACKAGE / path).exists():
+            continue
+        if not any(f.endswith("/" + path) for f in PACKAGE_FILES):
+            out.append(path)
+    others = [p for p in PACKAGE_PATH.findall(text) if not p.endswith(".py")]
+    out += [p for p in others if not (ROOT / p).exists()]
+    return out
+
+
+def resolves(dotted: str) -> bool:
+    """dotted is an importable module, or an attribute path below the longest one that is."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:end]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[end:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+def missing_names(text: str) -> list[str]:
+    return [d for d in DOTTED.findall(text) if d not in NOT_MODULES and not resolves(d)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_docs_name_files_that_exist(page: Path) -> None:
+    assert not missing_paths(page.read_text()), page.name
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_docs_name_modules_that_exist(page: Path) -> None:
+    assert not missing_names(page.read_text()), page.name
+
+
+def test_the_scan_finds_wrong_names() -> None:
+    text = (
+        "see `stream_adapter/stream/engine/consumer.py`, `engine/commits/gate.py` and "
+        "`stream_adapter.stream.engine`; not `stream_adapter/nothing.py`, "
+        "`stream/engine/nowhere.py`, `stream_adapter/gone/` or `stream_adapter.stream.nothing`"
+    )
+    assert missing_paths(text) == [
+        "stream_adapter/nothing.py",
+        "stream/engine/nowhere.py",
+        "stream_adapter/gone/",
+    ]
+    assert missing_names(text) == ["stream_adapter.stream.nothing"]
+
+
+def test_names_that_are_not_modules_are_still_defined() -> None:
+    for name, where in NOT_MODULES.items():
+        assert f'"{name}"' in where.read_text(), name
+
+
+def library_api() -> list[tuple[str, str]]:
+    """(name, module) for every row of the contract's §14."""
+    contract = (ROOT / "docs" / "contract.md").read_text()
+    section = contract[contract.index("## 14. ") : contract.index("## 15. ")]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if not line.startswith("| `") or len(cells) != 3:
+            continue
+        module = re.fullmatch(r"`([\w.]+)`", cells[2])
+        assert module, line
+        rows += [(name, module.group(1)) for name in re.findall(r"`(\w+)`", cells[0])]
+    return rows
+
+
+API = library_api()
+
+
+@pytest.mark.parametrize("name, module", API, ids=[f"{m}.{n}" for n, m in API])
+def test_the_contract_api_imports_as_written(name: str, module: str) -> None:
+    assert hasattr(importlib.import_module(module), name), f"{name} from {module}"
+
+
+def test_the_contract_lists_every_exported_name() -> None:
+    listed = set(API)
+    for package in (stream_adapter, stream_adapter.client):
+        missing = [n for n in package.__all__ if (n, package.__name__) not in listed]
+        assert not missing, f"{package.__name__}: {missing}"
