@@ -199,6 +199,12 @@ def summary(rounds: list[tuple[list[float], float]]) -> tuple[float, float, floa
     )
 
 
+def spread(rounds: list[tuple[list[float], float]], q: float) -> str:
+    """The q-quantile's median over rounds and its min-max, as `median [min-max]`."""
+    values = [percentile(lat, q) for lat, _ in rounds]
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
 async def main(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="client-bench-"))
     settings = Settings.for_app(
@@ -266,11 +272,15 @@ def report(
     args: argparse.Namespace,
 ) -> None:
     print(f"echo round trips, {args.guarantee}, median of {args.rounds} rounds")
-    print(f"{'path':<22}{'concurrency':>12}{'p50 ms':>10}{'p99 ms':>10}{'calls/s':>10}")
+    print("median [min-max] over rounds")
+    head = f"{'path':<22}{'concurrency':>12}{'p50 ms':>22}{'p99 ms':>24}{'calls/s':>10}"
+    print(head)
     for level in levels:
         for name in ("client", "aiokafka"):
-            p50, p99, rate = summary(results[(name, level)])
-            print(f"{name:<22}{level:>12}{p50:>10.2f}{p99:>10.2f}{rate:>10.0f}")
+            rounds = results[(name, level)]
+            rate = summary(rounds)[2]
+            p50, p99 = spread(rounds, 0.5), spread(rounds, 0.99)
+            print(f"{name:<22}{level:>12}{p50:>22}{p99:>24}{rate:>10.0f}")
         c99 = summary(results[("client", level)])[1]
         a99 = summary(results[("aiokafka", level)])[1]
         print(f"{'client / aiokafka p99':<22}{level:>12}{c99 / a99:>10.2f}")
@@ -280,17 +290,19 @@ def report(
     print(f"MCP layer, one call at a time, {args.mcp_calls} calls a round")
     per_round = {name: rounds for (name, _), rounds in results.items() if name.startswith("1-by")}
     for name, rounds in per_round.items():
-        p50, p99, rate = summary(rounds)
-        print(f"{name:<22}{1:>12}{p50:>10.2f}{p99:>10.2f}{rate:>10.0f}")
+        rate = summary(rounds)[2]
+        p50, p99 = spread(rounds, 0.5), spread(rounds, 0.99)
+        print(f"{name:<22}{1:>12}{p50:>22}{p99:>24}{rate:>10.0f}")
     for name, rounds in per_round.items():
         if name == "1-by-1 client":
             continue
-        over = statistics.median(
+        overs = [
             percentile(mine, 0.5) - percentile(theirs, 0.5)
             for (mine, _), (theirs, _) in zip(rounds, base, strict=True)
-        )
+        ]
         print(
-            f"{name.removeprefix('1-by-1 ')} p50 over the client: {over:+.2f} ms (median of rounds)"
+            f"{name.removeprefix('1-by-1 ')} p50 over the client: "
+            f"{statistics.median(overs):+.2f} ms [{min(overs):+.2f} to {max(overs):+.2f}]"
         )
 
 

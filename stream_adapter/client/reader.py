@@ -6,6 +6,11 @@ consumer group) and reads them `read_committed`. A partition is positioned befor
 produced: at its end offset, or, to pick up an earlier call again, at the first offset written
 at or after a given time (`offsets_for_times`). A partition no call has watched for
 `release_after_s` is unassigned again.
+
+Those offsets are asked on a second consumer that never fetches: the broker answers one request
+per connection at a time, so on the reading consumer's connection a lookup waits behind the
+fetch in flight, which the broker holds up to `fetch_max_wait_ms` when no reply comes (a call
+to a partition not yet read then waited some 450 ms of the default 500 before it was sent).
 """
 
 from __future__ import annotations
@@ -67,10 +72,12 @@ class ReplyReader:
         topic: str,
         partitions: int,
         *,
+        offsets: AIOKafkaConsumer | None = None,
         release_after_s: float = 60.0,
         poll_ms: int = 100,
     ) -> None:
         self._consumer = consumer
+        self._offsets = offsets if offsets is not None else consumer
         self._topic = topic
         self._partitions = partitions
         self._release_after_s = release_after_s
@@ -149,10 +156,10 @@ class ReplyReader:
         tp = TopicPartition(self._topic, partition)
         try:
             if since_ms is not None:
-                found = await self._consumer.offsets_for_times({tp: max(0, since_ms)})
+                found = await self._offsets.offsets_for_times({tp: max(0, since_ms)})
                 if found.get(tp) is not None:
                     return int(found[tp].offset)
-            ends = await self._consumer.end_offsets([tp])
+            ends = await self._offsets.end_offsets([tp])
         except KafkaError as exc:
             raise kafka_clients.kafka_error(exc, f"read {self._topic}") from None
         return int(ends[tp])

@@ -35,6 +35,12 @@ FOLLOW_SLACK_MS = 60_000
 """How far before a call's `sent_at_ms` `follow` starts reading: the worker stamps replies
 with its own clock, which may run behind the agent's."""
 
+READ_MAX_WAIT_MS = 100
+"""Longest the broker holds the reader's fetch when no reply comes. A partition added to the
+reader is first fetched once the fetch in flight on the others returns (one request per
+connection at a time): with aiokafka's 500 ms, a call to a partition not yet read waited
+that long for its reply."""
+
 OnSent = Callable[[SentCall], None]
 """Given the call's SentCall once it is produced (store it to follow the call after a restart)."""
 
@@ -65,6 +71,7 @@ class ToolClient:
         self._headers = [(k, v) for k, v in (headers or {}).items()]
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._lookup: AIOKafkaConsumer | None = None
         self._reader: ReplyReader | None = None
 
     @property
@@ -77,10 +84,16 @@ class ToolClient:
     async def start(self) -> ToolClient:
         """Connect; a failure is one clear error (AuthenticationFailed, TlsFailed, ...)."""
         settings = self.settings
-        consumer = kafka_clients.consumer(settings, isolation_level="read_committed")
+        consumer = kafka_clients.consumer(
+            settings, isolation_level="read_committed", fetch_max_wait_ms=READ_MAX_WAIT_MS
+        )
         await kafka_clients.start(settings, consumer)
         self._consumer = consumer
         try:
+            # The reader's offset lookups go on a connection of their own (reader.py).
+            self._lookup = await kafka_clients.start(
+                settings, kafka_clients.consumer(settings, isolation_level="read_committed")
+            )
             replies = await partitions(consumer, settings.replies_topic)
             await partitions(consumer, settings.calls_topic)  # else the producer waits 40 s
             self._producer = await kafka_clients.start(
@@ -93,6 +106,7 @@ class ToolClient:
             consumer,
             settings.replies_topic,
             len(replies),
+            offsets=self._lookup,
             release_after_s=self._release_after_s,
         )
         self._reader.start()
@@ -114,11 +128,11 @@ class ToolClient:
         if self._reader is not None:
             await self._reader.stop()
             self._reader = None
-        for client in (self._producer, self._consumer):
+        for client in (self._producer, self._consumer, self._lookup):
             if client is not None:
                 with contextlib.suppress(Exception):  # closing: nothing left to tell
                     await client.stop()
-        self._producer = self._consumer = None
+        self._producer = self._consumer = self._lookup = None
 
     async def __aenter__(self) -> ToolClient:
         return await self.start()

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from stream_adapter.client import ReplyTimeout, SentCall, SyncToolClient, ToolClient
+from stream_adapter.client.tool_client import READ_MAX_WAIT_MS
 from stream_adapter.errors import ApprovalDenied, ToolFailed, ToolNotFound, ToolUsageError
 from stream_adapter.partitions import partition_for
 from stream_adapter.replies import Reply
@@ -114,6 +115,22 @@ async def test_a_thousand_concurrent_calls_over_fifty_runs_read_only_their_parti
     assert consumer is not None and {tp.partition for tp in consumer.assignment()} == mine
     assert consumer._group_id is None  # assigned, never subscribed in a group
     assert tools.reader.assigned != frozenset(range(PARTITIONS))
+
+
+async def test_the_readers_offset_lookups_do_not_queue_behind_its_fetch(
+    tools: ToolClient,
+) -> None:
+    """The broker answers one request per connection at a time, so an end-offset lookup on
+    the reading consumer waited behind its long-poll fetch (some 450 ms of aiokafka's 500)
+    before a call to a partition not yet read was sent: lookups have a consumer of their own,
+    and the reader's fetch is held at most READ_MAX_WAIT_MS."""
+    reader_consumer, lookup = tools._consumer, tools._lookup
+    assert lookup is not None and reader_consumer is not None and lookup is not reader_consumer
+    assert tools.reader._offsets is lookup and not lookup.assignment()
+    assert reader_consumer._fetch_max_wait_ms == READ_MAX_WAIT_MS
+    run_id = run_ids_on({3}, 1)[0]  # a partition this client has not read yet, most likely
+    reply = await tools.call("echo", {"n": 7}, run_id=run_id, timeout_s=60)
+    assert reply["result"] == {"n": 7} and 3 in tools.reader.assigned
 
 
 async def test_a_confirm_call_waits_for_the_reviewer_and_reports_pending(
