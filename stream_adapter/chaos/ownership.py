@@ -70,9 +70,12 @@ def events_from_log(log: Path, lives: Sequence[tuple[int, int]], topic: str) -> 
     return out
 
 
-def owner_at(events: Iterable[OwnerEvent], partition: int, at: float) -> int | None:
+def owner_at(
+    events: Iterable[OwnerEvent], partition: int, at: float, *, revocations: bool = True
+) -> int | None:
     """The process owning partition at `at`: the last one assigned it by then, unless it has
-    revoked it since (None: nobody, as during a rebalance)."""
+    revoked it since (None: nobody, as during a rebalance); without `revocations`, the last
+    one assigned it, whatever it did since."""
     owner = None
     for event in sorted(events, key=lambda e: e.at):
         if event.at > at:
@@ -81,20 +84,27 @@ def owner_at(events: Iterable[OwnerEvent], partition: int, at: float) -> int | N
             continue
         if event.kind == ASSIGNED:
             owner = event.pid
-        elif event.pid == owner:
+        elif revocations and event.pid == owner:
             owner = None
     return owner
 
 
 def non_owner_runs(
     runs: Iterable[ToolRun], partition_of: Mapping[str, int], events: Sequence[OwnerEvent]
-) -> list[str]:
-    """Runs (as `call_id pid`) started by a process that did not own their call's partition."""
-    out = []
+) -> tuple[list[str], list[str]]:
+    """Runs (as `call_id pid (partition)`) started by a process that did not own their
+    call's partition: (those after the group had assigned it to another process, or never to
+    this one; those in this process's own revocation window: after it revoked the partition
+    in a rebalance and before its next assignment)."""
+    other, revoked = [], []
     for run in runs:
         partition = partition_of.get(run.call_id)
         if partition is None:
-            out.append(f"{run.call_id} {run.pid} (no record in the changelog)")
+            other.append(f"{run.call_id} {run.pid} (no record in the changelog)")
+            continue
+        name = f"{run.call_id} {run.pid} (partition {partition})"
+        if owner_at(events, partition, run.started_at, revocations=False) != run.pid:
+            other.append(name)
         elif owner_at(events, partition, run.started_at) != run.pid:
-            out.append(f"{run.call_id} {run.pid} (partition {partition})")
-    return out
+            revoked.append(name)
+    return other, revoked

@@ -289,6 +289,10 @@ class ChaosFigures:
     runs_by_non_owner: int = 0
     """Approved runs started by a process that did not own their call's partition then
     (ownership.py)."""
+    runs_after_own_revocation: int = 0
+    """Approved runs a process started on a partition it had revoked in a rebalance, before
+    its next assignment (reported; not yet part of the verdict)."""
+    revoked_examples: list[str] = field(default_factory=list)
     disagreement_examples: list[str] = field(default_factory=list)
     non_owner_examples: list[str] = field(default_factory=list)
     longest_reply_gap_s: float = 0.0
@@ -467,6 +471,10 @@ def render(figures: ChaosFigures, console: Console) -> None:
         ("approved calls in the dark (no final reply, not unknown)", figures.calls_in_the_dark),
         ("table/changelog disagreements at the end", figures.table_disagreements),
         ("approved runs started by a non-owner", figures.runs_by_non_owner),
+        (
+            "approved runs started after the worker's own revocation",
+            figures.runs_after_own_revocation,
+        ),
         ("approved calls with outcome unknown (killed mid-run)", figures.approved_outcome_unknown),
         ("duplicate replies", figures.duplicate_replies),
         ("  of them pending_approval", figures.duplicate_pending_replies),
@@ -512,6 +520,10 @@ def render(figures: ChaosFigures, console: Console) -> None:
     console.print(faults)
     if figures.disagreement_examples:
         console.print(f"disagreements: {', '.join(figures.disagreement_examples)}")
+    if figures.revoked_examples:
+        console.print(
+            f"runs after their worker's revocation: {', '.join(figures.revoked_examples)}"
+        )
     if figures.non_owner_examples:
         console.print(f"runs by a non-owner: {', '.join(figures.non_owner_examples)}")
     if figures.duplicate_examples:

@@ -254,6 +254,7 @@ class ChaosRun:
         self.net_partitions = 0
         self.disagreements: list[str] = []
         self.non_owner_runs: list[str] = []
+        self.revoked_runs: list[str] = []
         self.worker_kills: list[WorkerKill] = []
         self.extra_calls: list[CallSpec] = []
         """Calls a kill-while-running fault sent of its own (part of the figures)."""
@@ -572,7 +573,7 @@ class ChaosRun:
                     for proxy in self.proxies.values():
                         await proxy.stop()
         self.journal.refresh()
-        self.non_owner_runs = non_owner_runs(
+        self.non_owner_runs, self.revoked_runs = non_owner_runs(
             self.journal.runs.values(), partition_of_calls(changelog), self._owner_events()
         )
         figures = self._figures(
@@ -678,6 +679,8 @@ class ChaosRun:
             runs_by_non_owner=len(self.non_owner_runs),
             disagreement_examples=self.disagreements[:10],
             non_owner_examples=self.non_owner_runs[:10],
+            runs_after_own_revocation=len(self.revoked_runs),
+            revoked_examples=self.revoked_runs[:10],
             producer_resends=resends,
             faults=self.faults,
             outcomes=replies.outcomes,
