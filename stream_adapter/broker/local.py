@@ -51,6 +51,11 @@ class BrokerConfig:
     """Added to the storage format command (e.g. `--add-scram` users)."""
     probe_options: dict[str, Any] = field(default_factory=dict)
     """aiokafka options of the readiness probe (how a client authenticates, if it must)."""
+    slot_listeners: tuple[tuple[int, int], ...] = ()
+    """Extra plaintext listeners, one per (port, advertised port): `S0`, `S1`, ... A client
+    that bootstraps at the advertised port (a proxy in front of the listener's port) is told
+    to reach the broker there again, so all its traffic crosses that proxy (the chaos run's
+    network partitions). None by default: `kafka start` has one listener."""
 
     @property
     def bootstrap(self) -> str:
@@ -190,15 +195,27 @@ def _java() -> str:
     return java
 
 
+def _slot_listeners(config: BrokerConfig) -> tuple[str, str, str]:
+    """The slot listeners' entries of listeners, advertised.listeners and the protocol map
+    (each starting with a comma; empty without slots)."""
+    slots = list(enumerate(config.slot_listeners))
+    listeners = "".join(f",S{i}://127.0.0.1:{port}" for i, (port, _) in slots)
+    advertised = "".join(f",S{i}://127.0.0.1:{adv}" for i, (_, adv) in slots)
+    protocols = "".join(f",S{i}:PLAINTEXT" for i, _ in slots)
+    return listeners, advertised, protocols
+
+
 def _properties(config: BrokerConfig) -> str:
+    listeners, advertised, protocols = _slot_listeners(config)
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{config.ctrl_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{config.port},CONTROLLER://127.0.0.1:{config.ctrl_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{config.port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{config.port},CONTROLLER://127.0.0.1:{config.ctrl_port}"
+        + listeners,
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{config.port}" + advertised,
         "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT" + protocols,
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": str(config.data.resolve()),
         "num.partitions": "1",

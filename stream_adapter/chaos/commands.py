@@ -77,6 +77,10 @@ async def _chaos_with_progress(run: ChaosRun) -> Any:
     planned = (
         run.options.kills
         + len(run.options.running_kills)
+        + run.options.pauses
+        + len(run.options.running_pauses)
+        + run.net_partitions_planned
+        + (len(run.options.running_net_partitions) if run.proxies else 0)
         + scaling
         + len(broker_faults(run.options, run.broker.restartable))
     )
@@ -124,6 +128,35 @@ _workdir = click.option(
     show_default=True,
     help="Per approved tool (send_invoice, wire_funds), one SIGKILL of the worker running one "
     "of its calls, besides --kills.",
+)
+@click.option(
+    "--pauses",
+    type=click.IntRange(0, 20),
+    default=1,
+    show_default=True,
+    help="SIGSTOPs of a random worker past the session timeout (then SIGCONT).",
+)
+@click.option(
+    "--pause-while-running/--no-pause-while-running",
+    default=True,
+    show_default=True,
+    help="Two SIGSTOPs past the session timeout of the worker running a wire_funds call: one "
+    "before its effect, one after.",
+)
+@click.option(
+    "--net-partitions",
+    type=click.IntRange(0, 20),
+    default=1,
+    show_default=True,
+    help="Network partitions of a random worker from the broker past the session timeout "
+    "(a broker the run starts only).",
+)
+@click.option(
+    "--partition-while-running/--no-partition-while-running",
+    default=True,
+    show_default=True,
+    help="Two network partitions past the session timeout of the worker running a wire_funds "
+    "call: one before its effect, one after (a broker the run starts only).",
 )
 @click.option(
     "--tool-latency",
@@ -180,6 +213,10 @@ def chaos(
     rate: float,
     kills: int,
     kill_while_running: bool,
+    pauses: int,
+    pause_while_running: bool,
+    net_partitions: int,
+    partition_while_running: bool,
     tool_latency_s: float,
     guarantee: str,
     partitions: int,
@@ -194,7 +231,8 @@ def chaos(
     jars_dir: Path,
     workdir: Path | None,
 ) -> None:
-    """Calls under SIGKILLs, broker faults and scaling; exit 1 unless nothing was lost."""
+    """Calls under SIGKILLs, pauses, network partitions, broker faults and scaling; exit 1
+    unless nothing was lost."""
     from rich.console import Console
 
     from stream_adapter import logs
@@ -202,7 +240,19 @@ def chaos(
     from .load import APPROVED
     from .observe import quiet_kafka_logs
     from .report import render
-    from .scenario import KILL_RUNNING, ChaosOptions, ChaosRun
+    from .scenario import (
+        AFTER,
+        BEFORE,
+        KILL_RUNNING,
+        PARTITION,
+        PARTITION_RUNNING,
+        PAUSE,
+        PAUSE_RUNNING,
+        ChaosOptions,
+        ChaosRun,
+    )
+
+    wire_both = (f"wire_funds/{BEFORE}", f"wire_funds/{AFTER}")
 
     logs.configure_logging("INFO")  # the faults and resends as they happen, with their fields
     quiet_kafka_logs()
@@ -212,6 +262,10 @@ def chaos(
         rate=rate,
         kills=kills,
         running_kills=tuple(APPROVED) if kill_while_running else (),
+        pauses=pauses,
+        running_pauses=wire_both if pause_while_running else (),
+        net_partitions=net_partitions,
+        running_net_partitions=wire_both if partition_while_running else (),
         tool_latency_s=tool_latency_s,
         broker_restart=not no_broker_restart,
         guarantee=guarantee,
@@ -226,6 +280,8 @@ def chaos(
     with _run_dir(workdir) as root:
         if bootstrap and not no_broker_restart:
             note("a given broker cannot be restarted: the run skips the broker faults")
+        if (bootstrap or brokers == "3") and (net_partitions or partition_while_running):
+            note("network partitions need the slots' listeners of a broker the run starts: skipped")
         figures = asyncio.run(
             _with_broker(
                 bootstrap,
@@ -238,7 +294,8 @@ def chaos(
     render(figures, Console())
     _write_json(json_path, {"options": dataclasses.asdict(options), "figures": figures.to_json()})
     worker_faults = {"worker SIGKILL", "scale-up 1->2", "scale-down 2->1"}
-    worker_faults |= set(KILL_RUNNING)
+    worker_faults |= set(KILL_RUNNING) | set(PAUSE_RUNNING) | set(PARTITION_RUNNING)
+    worker_faults |= {PAUSE, PARTITION}
     restarts = sum(1 for f in figures.faults if f.kind not in worker_faults)
     landed = ", ".join(f"{name} {k.kills_landed}" for name, k in figures.killed.items())
     click.echo(
@@ -248,7 +305,10 @@ def chaos(
         f"{figures.planned_running_kills_missed}), {restarts} broker fault(s); "
         f"{figures.calls_without_terminal_reply} without "
         f"a final reply, {figures.approved_runs_twice} approved run twice, "
-        f"{figures.idempotent_unknown} idempotent approved unknown, final lag "
+        f"{figures.idempotent_unknown} idempotent approved unknown, "
+        f"{figures.calls_in_the_dark} in the dark, {figures.table_disagreements} table/changelog "
+        f"disagreement(s), {figures.runs_by_non_owner} run(s) by a non-owner, "
+        f"{figures.worker_pauses} pause(s), {figures.worker_partitions} partition(s), final lag "
         f"{figures.final_lag}, longest time without a reply {figures.longest_reply_gap_s:.1f} s; "
         f"figures in {json_path}"
     )

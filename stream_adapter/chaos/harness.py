@@ -22,6 +22,23 @@ from stream_adapter.errors import BrokerError
 from stream_adapter.settings import ENV_PREFIX, Settings
 
 READY_LINE = b"Worker ready"
+SLOTS = ("w1", "w2")
+"""The run's worker slots: the first, and the one scaling up adds."""
+
+
+def chaos_broker_config(
+    home: Path, jars_dir: Path | None, heap_mb: int = 768
+) -> local.BrokerConfig:
+    """A single-node broker on free ports with one extra listener per worker slot, advertised
+    at the port of the slot's proxy (proxy.py), so a network partition can cut one worker off."""
+    return local.BrokerConfig(
+        home=home,
+        port=local.free_port(),
+        controller_port=local.free_port(),
+        jars_dir=jars_dir,
+        heap_mb=heap_mb,
+        slot_listeners=tuple((local.free_port(), local.free_port()) for _ in SLOTS),
+    )
 
 
 @dataclass
@@ -35,16 +52,19 @@ class BrokerControl:
     async def start_local(
         cls, home: Path, jars_dir: Path | None, heap_mb: int = 768
     ) -> BrokerControl:
-        """A fresh single-node broker on free ports under home."""
-        config = local.BrokerConfig(
-            home=home,
-            port=local.free_port(),
-            controller_port=local.free_port(),
-            jars_dir=jars_dir,
-            heap_mb=heap_mb,
-        )
+        """A fresh single-node broker on free ports under home, with a listener per worker
+        slot (`chaos_broker_config`)."""
+        config = chaos_broker_config(home, jars_dir, heap_mb)
         bootstrap = await asyncio.to_thread(local.start, config)
         return cls(bootstrap, config)
+
+    @property
+    def slot_listeners(self) -> dict[str, tuple[int, int]]:
+        """Per worker slot (SLOTS), the (listener port, advertised proxy port) a partition
+        fault cuts; empty for a given broker."""
+        if self.config is None:
+            return {}
+        return dict(zip(SLOTS, self.config.slot_listeners, strict=False))
 
     @property
     def restartable(self) -> bool:
@@ -91,6 +111,8 @@ class Worker:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    lives: list[tuple[int, int]] = field(default_factory=list)
+    """(process id, offset in the log where its lines start) of each start, in order."""
     _log_start: int = 0
 
     @property
@@ -123,6 +145,7 @@ class Worker:
                 start_new_session=True,
             )
         self.starts += 1
+        self.lives.append((self.proc.pid, self._log_start))
 
     def log_since_start(self) -> bytes:
         if not self.log_path.exists():
@@ -174,6 +197,8 @@ class WorkerPool:
     extra_env: dict[str, str] = field(default_factory=dict)
     workers: dict[str, Worker] = field(default_factory=dict)
     unplanned_exits: list[str] = field(default_factory=list)
+    slot_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per slot name, environment of its own (its bootstrap, behind its proxy)."""
     ready_timeout_s: float = 300.0
     """How long a (re)started slot may take to be ready: an exactly-once takeover on a busy
     machine waits for the dead owner's transactions to be aborted, and a supervisor would
@@ -182,7 +207,7 @@ class WorkerPool:
 
     def slot(self, name: str) -> Worker:
         if name not in self.workers:
-            env = worker_env(self.settings, self.extra_env)
+            env = worker_env(self.settings, self.extra_env) | self.slot_env.get(name, {})
             if "STREAM_ADAPTER_WEB_PORT" not in self.extra_env:
                 # Its own metrics port: slots sharing the settings' one could not all bind it.
                 env["STREAM_ADAPTER_WEB_PORT"] = str(local.free_port())

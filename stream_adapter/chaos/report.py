@@ -280,7 +280,21 @@ class ChaosFigures:
     calls_in_the_dark: int = 0
     """Approved calls with no final reply whose record is not `unknown` either (`in_the_dark`)."""
     worker_pauses: int = 0
-    """Workers SIGSTOPped past the session timeout during an approved run, then SIGCONTed."""
+    """Workers SIGSTOPped past the session timeout, then SIGCONTed."""
+    worker_partitions: int = 0
+    """Workers cut off from the broker (alive) past the session timeout, then reconnected."""
+    table_disagreements: int = 0
+    """Records on which an approvals partition's owner's store and the changelog disagree at
+    the end (tables.py)."""
+    runs_by_non_owner: int = 0
+    """Approved runs started by a process that did not own their call's partition then
+    (ownership.py)."""
+    runs_after_own_revocation: int = 0
+    """Approved runs a process started on a partition it had revoked in a rebalance, before
+    its next assignment (reported; not yet part of the verdict)."""
+    revoked_examples: list[str] = field(default_factory=list)
+    disagreement_examples: list[str] = field(default_factory=list)
+    non_owner_examples: list[str] = field(default_factory=list)
     longest_reply_gap_s: float = 0.0
     """The longest time without any reply while calls were outstanding: the outage seen."""
     faults: list[FaultRecord] = field(default_factory=list)
@@ -300,6 +314,8 @@ class ChaosFigures:
             and self.approvals_asked_twice == 0
             and self.approved_runs_twice == 0
             and self.calls_in_the_dark == 0
+            and self.table_disagreements == 0
+            and self.runs_by_non_owner == 0
             and all(tool.ok for tool in self.approved.values())
             and all(tool.ok for tool in self.killed.values())
             and self.final_lag == 0
@@ -453,6 +469,12 @@ def render(figures: ChaosFigures, console: Console) -> None:
         ("approvals asked twice", figures.approvals_asked_twice),
         ("approved calls run more than once", figures.approved_runs_twice),
         ("approved calls in the dark (no final reply, not unknown)", figures.calls_in_the_dark),
+        ("table/changelog disagreements at the end", figures.table_disagreements),
+        ("approved runs started by a non-owner", figures.runs_by_non_owner),
+        (
+            "approved runs started after the worker's own revocation",
+            figures.runs_after_own_revocation,
+        ),
         ("approved calls with outcome unknown (killed mid-run)", figures.approved_outcome_unknown),
         ("duplicate replies", figures.duplicate_replies),
         ("  of them pending_approval", figures.duplicate_pending_replies),
@@ -462,6 +484,7 @@ def render(figures: ChaosFigures, console: Console) -> None:
         ("longest time without a reply (s)", f"{figures.longest_reply_gap_s:.1f}"),
         ("worker SIGKILLs", figures.worker_kills),
         ("worker pauses (SIGSTOP past the session timeout)", figures.worker_pauses),
+        ("worker partitions (cut off past the session timeout)", figures.worker_partitions),
         ("unplanned worker exits", figures.unplanned_worker_exits),
         ("producer resends", figures.producer_resends),
     ]
@@ -495,6 +518,14 @@ def render(figures: ChaosFigures, console: Console) -> None:
         gap = "-" if fault.gap_s is None else f"{fault.gap_s:.1f}"
         faults.add_row(fault.kind, fault.target, f"{fault.at_s:.1f}", recovered, gap)
     console.print(faults)
+    if figures.disagreement_examples:
+        console.print(f"disagreements: {', '.join(figures.disagreement_examples)}")
+    if figures.revoked_examples:
+        console.print(
+            f"runs after their worker's revocation: {', '.join(figures.revoked_examples)}"
+        )
+    if figures.non_owner_examples:
+        console.print(f"runs by a non-owner: {', '.join(figures.non_owner_examples)}")
     if figures.duplicate_examples:
         copies = Table("call answered twice", "tool", "replies: status, partition/offset, at (s)")
         for example in figures.duplicate_examples:

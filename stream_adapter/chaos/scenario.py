@@ -11,6 +11,11 @@ A kill-while-running fault waits until an approved call of its tool is running i
 (the demo tools' run journal, running.py) and SIGKILLs that worker then, so both rules for an
 approved call whose worker died (an idempotent one runs again, another ends `unknown`) are
 exercised in every run, not by luck.
+
+A worker is cut off for longer than the session timeout, alive, in two ways: paused (SIGSTOP,
+then SIGCONT) or partitioned from the broker (its slot's proxy blackholed, then healed,
+proxy.py); at random, or while an approved call runs, before or after its effect. Its
+partitions move meanwhile and it comes back as a zombie.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from .load import (
     producer_for,
 )
 from .observe import ReplyReader, read_topic, settle_lag
+from .ownership import events_from_log, non_owner_runs, owner_at
+from .proxy import BlackholeProxy
 from .report import (
     TERMINAL,
     ChaosFigures,
@@ -61,6 +68,7 @@ from .report import (
     reply_figures,
 )
 from .running import LATENCY_ENV, RUNS_ENV, RunJournal
+from .tables import disagreements, latest_records, partition_of_calls, read_store, store_path
 
 SCALE_UP, KILL, BROKER, SCALE_DOWN = (
     "scale-up 1->2",
@@ -84,14 +92,35 @@ def kill_running(tool: str) -> str:
 KILL_RUNNING = {kill_running(tool): tool for tool in APPROVED}
 
 
-def pause_running(tool: str) -> str:
-    """The pause-while-running fault for tool: SIGSTOP past the session timeout, SIGCONT."""
-    return f"SIGSTOP while {tool} runs"
+PAUSE, PARTITION = "worker SIGSTOP", "worker partitioned"
+"""A random live worker paused (SIGSTOP, SIGCONT), or cut off from the broker (its proxy
+blackholed, healed), past the session timeout."""
+BEFORE, AFTER = "before", "after"
+PHASES = {BEFORE: False, AFTER: True}
+"""A running fault's phase (`tool/before`, `tool/after`): the run's effect not yet, or already,
+recorded; a tool named alone draws it from the seed."""
 
 
-PAUSE_RUNNING = {pause_running(tool): tool for tool in APPROVED}
+def pause_running(spec: str) -> str:
+    """The pause-while-running fault for spec (`tool` or `tool/phase`)."""
+    tool, _, phase = spec.partition("/")
+    return f"SIGSTOP while {tool} runs" + (f", {phase} its effect" if phase else "")
+
+
+def partition_running(spec: str) -> str:
+    """The partition-while-running fault for spec (`tool` or `tool/phase`)."""
+    tool, _, phase = spec.partition("/")
+    return f"partitioned while {tool} runs" + (f", {phase} its effect" if phase else "")
+
+
+def _specs(tool: str) -> tuple[str, ...]:
+    return (tool, f"{tool}/{BEFORE}", f"{tool}/{AFTER}")
+
+
+PAUSE_RUNNING = {pause_running(s): s for tool in APPROVED for s in _specs(tool)}
+PARTITION_RUNNING = {partition_running(s): s for tool in APPROVED for s in _specs(tool)}
 PAUSE_MARGIN_S = 4.0
-"""How much longer than the session timeout a paused worker stays stopped."""
+"""How much longer than the session timeout a paused or partitioned worker stays cut off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +151,17 @@ class ChaosOptions:
     running_kills: tuple[str, ...] = tuple(APPROVED)
     """One kill-while-running fault per tool named (an approved tool of the demo)."""
     running_pauses: tuple[str, ...] = ()
-    """One pause-while-running fault per tool named: the worker running it is SIGSTOPped for
-    longer than the session timeout, then SIGCONTed, and wakes up as a zombie."""
+    """One pause-while-running fault per spec (`tool`, `tool/before`, `tool/after`): the
+    worker running it is SIGSTOPped for longer than the session timeout, then SIGCONTed, and
+    wakes up as a zombie."""
+    pauses: int = 0
+    """Pauses of a random live worker, past the session timeout."""
+    running_net_partitions: tuple[str, ...] = ()
+    """One partition-while-running fault per spec (as running_pauses): the worker running it
+    is cut off from the broker (alive) past the session timeout, then reconnected."""
+    net_partitions: int = 0
+    """Network partitions of a random live worker from the broker, past the session timeout
+    (a broker this run started only: it needs the slots' listeners)."""
     tool_latency_s: float = 0.4
     """The confirm tools' external-API latency (`STREAM_ADAPTER_DEMO_TOOL_LATENCY_S`): the
     window a kill-while-running fault hits."""
@@ -136,10 +174,15 @@ def fault_plan(
     scale: bool = True,
     running_kills: tuple[str, ...] = (),
     running_pauses: tuple[str, ...] = (),
+    pauses: int = 0,
+    net_partitions: int = 0,
+    running_net_partitions: tuple[str, ...] = (),
 ) -> list[tuple[float, str]]:
     """(fraction of calls sent, fault): scale up early, down late, the rest between, shuffled."""
     middle = [KILL] * kills + [kill_running(tool) for tool in running_kills] + broker_faults
-    middle += [pause_running(tool) for tool in running_pauses]
+    middle += [pause_running(spec) for spec in running_pauses] + [PAUSE] * pauses
+    middle += [partition_running(spec) for spec in running_net_partitions]
+    middle += [PARTITION] * net_partitions
     rng.shuffle(middle)
     plan = [(rng.uniform(0.05, 0.15), SCALE_UP)] if scale else []
     width = 0.58 / max(1, len(middle))
@@ -182,6 +225,15 @@ class ChaosRun:
         )
         self.ledger = workdir / "ledger.jsonl"
         self.journal = RunJournal(workdir / "runs.jsonl")
+        self.proxies: dict[str, BlackholeProxy] = {}
+        """Per worker slot, the proxy its traffic to the broker crosses (a broker started by
+        the run only: a given one has no slot listeners, and the partition faults are left
+        out)."""
+        slot_env: dict[str, dict[str, str]] = {}
+        if isinstance(broker, BrokerControl):
+            for name, (port, proxy_port) in broker.slot_listeners.items():
+                self.proxies[name] = BlackholeProxy(proxy_port, port)
+                slot_env[name] = {"STREAM_ADAPTER_BROKER": f"127.0.0.1:{proxy_port}"}
         self.pool = WorkerPool(
             self.settings,
             workdir / "workers",
@@ -190,6 +242,7 @@ class ChaosRun:
                 RUNS_ENV: str(self.journal.path),
                 LATENCY_ENV: str(options.tool_latency_s),
             },
+            slot_env=slot_env,
         )
         self.exactly_once = options.guarantee == "exactly_once"
         self.reader = ReplyReader(self.settings, read_committed=self.exactly_once)
@@ -198,6 +251,10 @@ class ChaosRun:
         self.faults: list[FaultRecord] = []
         self.kills = 0
         self.pauses = 0
+        self.net_partitions = 0
+        self.disagreements: list[str] = []
+        self.non_owner_runs: list[str] = []
+        self.revoked_runs: list[str] = []
         self.worker_kills: list[WorkerKill] = []
         self.extra_calls: list[CallSpec] = []
         """Calls a kill-while-running fault sent of its own (part of the figures)."""
@@ -273,9 +330,16 @@ class ChaosRun:
             at = time.monotonic()  # the kill, once the wait for a running call is over
             if killed is not None:
                 action = lambda: self.pool.start(killed.name)  # noqa: E731
-        elif kind in PAUSE_RUNNING:
-            target = await self._pause_running(PAUSE_RUNNING[kind], sender)
+        elif kind in PAUSE_RUNNING or kind in PARTITION_RUNNING:
+            pause = kind in PAUSE_RUNNING
+            spec = PAUSE_RUNNING[kind] if pause else PARTITION_RUNNING[kind]
+            target = await self._cut_off_running(spec, pause, sender)
             at = time.monotonic()  # the wake-up: the zombie's run goes on from here
+        elif kind in (PAUSE, PARTITION):
+            victim = self.rng.choice(self.pool.live())
+            target = victim.name
+            await self._cut_off(victim, pause=kind == PAUSE)
+            at = time.monotonic()
         elif kind == BROKER and isinstance(self.broker, BrokerControl):
             target = "broker"
             await self.broker.kill()
@@ -360,11 +424,35 @@ class ChaosRun:
         self.worker_kills.append(WorkerKill(kind, "", tool))
         return None, f"no {tool} found running {phase}"
 
-    async def _pause_running(self, tool: str, sender: CallSender) -> str:
-        """Wait until an approved call of tool runs in a live worker (before or after its
-        effect, drawn from the seed), SIGSTOP that worker past the session timeout, SIGCONT
-        it: its partitions move meanwhile, and it wakes up as a zombie. The fault's target."""
-        after_effect = self.rng.random() < 0.5
+    async def _cut_off(self, victim: Worker, *, pause: bool) -> None:
+        """Cut victim off past the session timeout, alive: SIGSTOP then SIGCONT, or its proxy
+        blackholed then healed. Its partitions move meanwhile; it comes back a zombie."""
+        hold_s = self.options.session_timeout_s + PAUSE_MARGIN_S
+        if pause:
+            assert victim.pid is not None
+            pid = victim.pid
+            os.kill(pid, signal.SIGSTOP)
+            self.pauses += 1
+            try:
+                await asyncio.sleep(hold_s)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            return
+        proxy = self.proxies[victim.name]
+        proxy.blackhole()
+        self.net_partitions += 1
+        try:
+            await asyncio.sleep(hold_s)
+        finally:
+            proxy.heal()
+
+    async def _cut_off_running(self, spec: str, pause: bool, sender: CallSender) -> str:
+        """Wait until an approved call of spec's tool runs in a live worker (before or after
+        its effect: spec's phase, else drawn from the seed), then cut that worker off
+        (`_cut_off`). The fault's target."""
+        tool, _, wanted = spec.partition("/")
+        drawn = self.rng.random() < 0.5
+        after_effect = PHASES[wanted] if wanted else drawn
         phase = "after its effect" if after_effect else "before its effect"
         deadline = time.monotonic() + self.options.recover_timeout_s
         await self._send_own_call(tool, sender)
@@ -374,12 +462,7 @@ class ChaosRun:
             runs = [r for r in self.journal.running(live, tool) if r.effect == after_effect]
             if runs:
                 victim = live[runs[0].pid]
-                os.kill(runs[0].pid, signal.SIGSTOP)
-                self.pauses += 1
-                try:
-                    await asyncio.sleep(self.options.session_timeout_s + PAUSE_MARGIN_S)
-                finally:
-                    os.kill(runs[0].pid, signal.SIGCONT)
+                await self._cut_off(victim, pause=pause)
                 return f"{victim.name}, {tool} {runs[0].call_id} {phase}"
             await asyncio.sleep(0.01)
         return f"no {tool} found running {phase}"
@@ -421,6 +504,9 @@ class ChaosRun:
             self.options.scale,
             self.options.running_kills,
             self.options.running_pauses,
+            self.options.pauses,
+            self.net_partitions_planned,
+            self.options.running_net_partitions if self.proxies else (),
         )
         try:
             for fraction, kind in plan:
@@ -428,6 +514,11 @@ class ChaosRun:
                 await self._fault(kind, sender)
         finally:
             self.faults_done.set()
+
+    @property
+    def net_partitions_planned(self) -> int:
+        """Random partitions: none when the broker has no slot listeners (a given broker)."""
+        return self.options.net_partitions if self.proxies else 0
 
     async def _supervise(self) -> None:
         while True:
@@ -449,6 +540,8 @@ class ChaosRun:
         calls = call_mix(self.options.calls, self.rng)
         supervisor: asyncio.Task[None] | None = None
         try:
+            for proxy in self.proxies.values():
+                await proxy.start()
             await self.pool.start("w1")
             supervisor = asyncio.create_task(self._supervise())
             work = asyncio.gather(self._produce(sender, calls), self._faults(sender))
@@ -463,9 +556,7 @@ class ChaosRun:
             answered_at = time.monotonic()
             lag = await settle_lag(self.settings, timeout_s=max(10.0, deadline - time.monotonic()))
             duration = time.monotonic() - self.started
-            changelog = await read_topic(
-                self.settings, self.settings.approvals_topic, read_committed=True
-            )
+            changelog = await self._compare_tables(deadline)
         finally:
             try:
                 if supervisor is not None:
@@ -476,12 +567,62 @@ class ChaosRun:
                 await self.reader.stop()
                 await producer.stop()
             finally:
-                await self.pool.stop_all()
+                try:
+                    await self.pool.stop_all()
+                finally:
+                    for proxy in self.proxies.values():
+                        await proxy.stop()
+        self.journal.refresh()
+        self.non_owner_runs, self.revoked_runs = non_owner_runs(
+            self.journal.runs.values(), partition_of_calls(changelog), self._owner_events()
+        )
         figures = self._figures(
             [*calls, *self.extra_calls], lag, duration, changelog, sender.resends
         )
         figures.longest_reply_gap_s, figures.faults = self._gaps(answered_at)
         return figures
+
+    def _owner_events(self) -> list[Any]:
+        """Every slot's logged assignments and revocations of the decisions topic (co-
+        partitioned with the approvals changelog and claimed with it)."""
+        topic = self.settings.decisions_topic
+        return [
+            event
+            for worker in self.pool.workers.values()
+            for event in events_from_log(worker.log_path, worker.lives, topic)
+        ]
+
+    async def _compare_tables(self, deadline: float) -> list[Any]:
+        """Compare each approvals partition's owner's store with the changelog, once the
+        run is quiet; again (a commit may still be landing) until they agree or 30 s pass.
+        The changelog as last read (read committed)."""
+        until = min(deadline, time.monotonic() + 30.0)
+        while True:
+            changelog = await read_topic(
+                self.settings, self.settings.approvals_topic, read_committed=True
+            )
+            self.disagreements = await asyncio.to_thread(self._disagreements, changelog)
+            if not self.disagreements or time.monotonic() > until:
+                return changelog
+            await asyncio.sleep(1.0)
+
+    def _disagreements(self, changelog: list[Any]) -> list[str]:
+        """`partition/key` of each record whose owner's store differs from the changelog."""
+        latest = latest_records(changelog)
+        events = self._owner_events()
+        by_pid = {w.pid: w for w in self.pool.live() if w.pid is not None}
+        now = time.time()
+        out = []
+        for partition in range(self.settings.partitions):
+            owner = by_pid.get(owner_at(events, partition, now) or -1)
+            if owner is None:
+                out.append(f"{partition}/(no live owner)")
+                continue
+            path = store_path(owner.workdir / f"{owner.name}-data", "approvals", partition)
+            store = read_store(path) if path is not None else {}
+            keys = disagreements(store, latest.get(partition, {}))
+            out.extend(f"{partition}/{key}" for key in keys)
+        return out
 
     def _gaps(self, answered_at: float) -> tuple[float, list[FaultRecord]]:
         """The longest time without a reply, over the run and within each fault's recovery."""
@@ -533,6 +674,13 @@ class ChaosRun:
             unplanned_worker_exits=len(self.pool.unplanned_exits),
             calls_in_the_dark=len(in_the_dark(changelog, self.reader.by_call)),
             worker_pauses=self.pauses,
+            worker_partitions=self.net_partitions,
+            table_disagreements=len(self.disagreements),
+            runs_by_non_owner=len(self.non_owner_runs),
+            disagreement_examples=self.disagreements[:10],
+            non_owner_examples=self.non_owner_runs[:10],
+            runs_after_own_revocation=len(self.revoked_runs),
+            revoked_examples=self.revoked_runs[:10],
             producer_resends=resends,
             faults=self.faults,
             outcomes=replies.outcomes,

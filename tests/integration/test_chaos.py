@@ -2,12 +2,14 @@
 
 Chaos: 300 calls, two worker SIGKILLs, each while an approved call runs (one of send_invoice,
 idempotent, one of wire_funds, not), a SIGSTOP past the session timeout while wire_funds runs,
-one broker kill and restart, scaling 1 -> 2 -> 1, in both processing modes, and no duplicate
-reply for a read_committed reader in exactly-once mode; the approved calls of the idempotent
-tool all end normally, those cut off by a kill too (run again, one effect each), the other
-tool's calls cut off end `unknown`, no approved call runs twice, and none is left in the dark;
-fuzz: a few hundred malformed calls and decisions among valid ones. They run their own broker,
-since the chaos run kills it.
+a network partition of the worker running a wire_funds call (its proxy blackholed past the
+session timeout, then healed), one broker kill and restart, scaling 1 -> 2 -> 1, in both
+processing modes, and no duplicate reply for a read_committed reader in exactly-once mode.
+The approved calls of the idempotent tool all end normally, those cut off by a kill too (run
+again, one effect each), the other tool's calls cut off end `unknown`, no approved call runs
+twice, none is left in the dark, no owner's table disagrees with the changelog, and no run
+starts in a process that did not own its partition. Fuzz: a few hundred malformed calls and
+decisions among valid ones. They run their own broker, since the chaos run kills it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 
 from stream_adapter.broker import local
 from stream_adapter.chaos.fuzz import FuzzOptions, run_fuzz
-from stream_adapter.chaos.harness import BrokerControl
+from stream_adapter.chaos.harness import BrokerControl, chaos_broker_config
 from stream_adapter.chaos.scenario import ChaosOptions, run_chaos
 from tests.harness import ROOT
 
@@ -28,12 +30,7 @@ pytestmark = pytest.mark.timeout(600)  # the exactly-once run may take its 480 s
 
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerControl]:
-    config = local.BrokerConfig(
-        home=tmp_path_factory.mktemp("chaos-kafka"),
-        port=local.free_port(),
-        controller_port=local.free_port(),
-        jars_dir=ROOT / ".kafka" / "libs",
-    )
+    config = chaos_broker_config(tmp_path_factory.mktemp("chaos-kafka"), ROOT / ".kafka" / "libs")
     broker = BrokerControl(local.start(config), config)
     yield broker
     local.stop(config)
@@ -46,6 +43,7 @@ def _small(guarantee: str) -> ChaosOptions:
         kills=0,  # the two kill-while-running faults are the worker kills
         running_kills=("send_invoice", "wire_funds"),
         running_pauses=("wire_funds",),
+        running_net_partitions=("wire_funds",),
         tool_latency_s=0.4,
         guarantee=guarantee,
         partitions=4,
@@ -71,6 +69,10 @@ async def test_chaos_loses_nothing(
     # A worker paused past the session timeout during a wire_funds run wakes as a zombie:
     # no call is left without a final reply and without a person asked.
     assert figures.worker_pauses == 1 and figures.calls_in_the_dark == 0, summary
+    # ...and so does one cut off from the broker, alive: no owner's table disagrees with the
+    # changelog, and no run started in a process that did not own its partition then.
+    assert figures.worker_partitions == 1, summary
+    assert figures.table_disagreements == 0 and figures.runs_by_non_owner == 0, summary
     assert figures.final_lag == 0, summary
     assert figures.unexpected_outcomes == 0, summary
     # Idempotent approved calls all end normally, one ledger effect each; none runs twice.
@@ -98,6 +100,7 @@ async def test_chaos_loses_nothing(
     assert kinds.count("broker restart") == 1 and "scale-up 1->2" in kinds, kinds
     assert {"SIGKILL while send_invoice runs", "SIGKILL while wire_funds runs"} <= set(kinds)
     assert "SIGSTOP while wire_funds runs" in kinds
+    assert "partitioned while wire_funds runs" in kinds
     assert all(f.recover_s is not None for f in figures.faults), summary
     if guarantee == "exactly_once":
         # contract §8: a read_committed reader sees each reply once (docs/chaos.md).
