@@ -231,8 +231,9 @@ def chaos(
     jars_dir: Path,
     workdir: Path | None,
 ) -> None:
-    """Calls under SIGKILLs, pauses, network partitions, broker faults and scaling; exit 1
-    unless nothing was lost."""
+    """Calls under SIGKILLs, broker faults and scaling; exit 1 unless nothing was lost.
+
+    Also pauses and network partitions of a worker past the session timeout."""
     from rich.console import Console
 
     from stream_adapter import logs
