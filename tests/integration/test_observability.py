@@ -62,7 +62,6 @@ async def test_metrics_count_a_known_mix_of_calls(
     await client.decide(pending["approval_id"], True)  # unsigned: this worker has no keys
     await client.reply_for(status="ok", run_id=run_id)
 
-    samples = await scrape(worker)
     counts = {
         ("echo", "ok"): 3,
         ("add", "ok"): 2,
@@ -73,6 +72,14 @@ async def test_metrics_count_a_known_mix_of_calls(
         ("send_invoice", "pending_approval"): 1,
         ("send_invoice", "ok"): 1,
     }
+
+    async def counted() -> Metrics | None:
+        # A reply can reach the reader a moment before its writer counts it.
+        now = await scrape(worker)
+        done = value(now, "stream_adapter_calls_total", tool="send_invoice", status="ok") >= 1
+        return now if done and value(now, "stream_adapter_calls_in_flight") == 0 else None
+
+    samples = await wait_for(counted, timeout_s=10, what="the resumed call counted", interval_s=0.2)
     for (tool, status), expected in counts.items():
         got = value(samples, "stream_adapter_calls_total", tool=tool, status=status)
         assert got == expected, (tool, status, got)
