@@ -96,6 +96,7 @@ class ApprovalTable:
         *,
         now: bool = False,
         claim: Claim | None = None,
+        finishing: bool = False,
     ) -> None:
         """Store record and wait until its changelog entry is acknowledged by the broker.
 
@@ -103,11 +104,12 @@ class ApprovalTable:
         `running` and `done` marks go outside it, or an abort would take them back, and the
         redone decision would run the call a second time or find its outcome lost. Writes
         outside a transaction are fenced (claim: the ownership the run started under), so a
-        worker that lost the partition gets OwnershipLost and writes nothing.
+        worker that lost the partition gets OwnershipLost and writes nothing; while a
+        rebalance revokes it, only a run's outcome (`finishing`) is written.
         """
         key, value = record.approval_id.encode(), record.to_bytes()
         before = self._table.get(key)
-        await self._table.put(key, value, partition, now=now, claim=claim)
+        await self._table.put(key, value, partition, now=now, claim=claim, finishing=finishing)
         self.pending.changed(before, value)
 
     async def delete(self, approval_id: str, partition: int) -> None:
@@ -143,7 +145,8 @@ class ApprovalFlow:
 
     async def process(self, delivery: Delivery) -> None:
         """Bring one request or decision to its terminal, durable outcome; a worker that
-        lost the partition meanwhile writes and answers nothing (its next owner does).
+        lost the partition meanwhile writes and answers nothing, and raises OwnershipLost:
+        the message goes back unacked to the partition's next owner.
 
         A record too large to write ends the message with a RecordTooLarge error reply and a
         dead letter, never a retry that cannot succeed.
@@ -153,11 +156,12 @@ class ApprovalFlow:
         except OwnershipLost as exc:
             logs.event(
                 logs.WARNING,
-                "approvals partition no longer owned here; message left to its owner",
+                "approvals partition not owned here now; message handed back",
                 partition=exc.partition,
                 message_id=delivery.message_id,
                 error_kind=exc.reason,
             )
+            raise
 
     async def _process(self, delivery: Delivery) -> None:
         if delivery.topic == self.ctx.settings.decisions_topic:
@@ -672,10 +676,11 @@ class ApprovalFlow:
             done = finish_within(running, reply, TABLE_RECORD_BYTES)
             reply = done.reply or reply
             try:
-                await self.table.put(done, partition, now=True, claim=claim)
+                await self.table.put(done, partition, now=True, claim=claim, finishing=True)
             except OwnershipLost as exc:
-                # The partition changed hands during the run: its owner has the record
-                # (`unknown` once it finds the run dead) and answers; this outcome is dropped.
+                # The partition may have changed hands during the run: this outcome is
+                # dropped, and the decision goes back to the owner, which finds the record
+                # `running` with no live run (`unknown`, listed for a reviewer).
                 logs.event(
                     logs.ERROR,
                     "approved call outcome discarded: partition no longer owned here",
@@ -685,7 +690,7 @@ class ApprovalFlow:
                     ok=error is None,
                     **ids,
                 )
-                return
+                raise
         finally:
             del self._running[record.approval_id]
             over.set()

@@ -7,6 +7,7 @@ have); the group's assignment is handed to them as Faust's rebalance callback wo
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
@@ -28,8 +29,13 @@ TOPIC = "requests"
 """The claimed topic's name (only its partitions matter to a claim)."""
 
 
+SESSION_TIMEOUT_S = 1.0
+"""The app's session timeout here: a loop that stands still for half of it suspends claims."""
+
+
 def _worker(settings: Settings, owned: set[TopicPartition]) -> Any:
-    """What PartitionClaims uses of a Faust app: its id, a producer factory, an assignment."""
+    """What PartitionClaims uses of a Faust app: its id and session timeout, a producer
+    factory, an assignment, and a rejoin request (counted in `rejoins`)."""
 
     def new_producer(transactional_id: str) -> AIOKafkaProducer:
         return AIOKafkaProducer(
@@ -39,10 +45,15 @@ def _worker(settings: Settings, owned: set[TopicPartition]) -> Any:
             acks="all",
         )
 
+    rejoins: list[float] = []
     return SimpleNamespace(
-        conf=SimpleNamespace(id=settings.app_id),
+        conf=SimpleNamespace(id=settings.app_id, broker_session_timeout=SESSION_TIMEOUT_S),
         producer=SimpleNamespace(_new_producer=new_producer),
-        consumer=SimpleNamespace(assignment=lambda: owned),
+        consumer=SimpleNamespace(
+            assignment=lambda: owned,
+            request_rejoin=lambda: rejoins.append(time.monotonic()),
+            rejoins=rejoins,
+        ),
     )
 
 
@@ -127,3 +138,39 @@ async def test_a_claim_lasts_across_consecutive_generations_and_not_across_a_gap
     with pytest.raises(OwnershipLost):
         await again.write(_write(settings, b"revoked"))
     assert _committed_values(settings, 0) == [b"kept", b"fresh"]
+
+
+async def test_a_revoked_claim_writes_only_outcomes_until_assigned_again(
+    settings: Settings, claims: Callable[[], PartitionClaims]
+) -> None:
+    worker = claims()
+    assigned = [TopicPartition(TOPIC, 0)]
+    await worker.on_assigned(assigned, generation=1)
+    claim = await worker.claim(0)
+    worker.on_revoked(assigned)  # an eager rebalance begins
+    with pytest.raises(OwnershipLost, match="revoked"):
+        await claim.write(_write(settings, b"new run"))
+    await claim.write(_write(settings, b"outcome"), finishing=True)
+    await worker.on_assigned(assigned, generation=2)  # kept
+    await claim.write(_write(settings, b"after"))
+    assert _committed_values(settings, 0) == [b"outcome", b"after"]
+
+
+async def test_a_stalled_loop_suspends_every_write_and_asks_to_rejoin(
+    settings: Settings, claims: Callable[[], PartitionClaims]
+) -> None:
+    worker = claims()
+    assigned = [TopicPartition(TOPIC, 0)]
+    await worker.on_assigned(assigned, generation=1)
+    claim = await worker.claim(0)
+    await claim.write(_write(settings, b"before"))
+    time.sleep(0.6 * SESSION_TIMEOUT_S)  # noqa: ASYNC251 - the loop stands still, as when paused
+    with pytest.raises(OwnershipLost, match="loop stalled"):
+        await claim.write(_write(settings, b"outcome"), finishing=True)
+    worker.on_revoked(assigned)  # the rebalance it asked for
+    with pytest.raises(OwnershipLost, match="loop stalled"):  # still not even an outcome
+        await claim.write(_write(settings, b"outcome"), finishing=True)
+    assert len(worker._app.consumer.rejoins) == 1 and worker.stalls_total == 1
+    await worker.on_assigned(assigned, generation=2)  # still a member: kept
+    await claim.write(_write(settings, b"after"))
+    assert _committed_values(settings, 0) == [b"before", b"after"]

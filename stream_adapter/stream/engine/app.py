@@ -114,6 +114,14 @@ class App(faust.App):
         for claims in self.__dict__.get("_partition_claims", []):
             await claims.stop()
 
+    async def _on_partitions_revoked(self, revoked: Any) -> None:
+        """Suspend the revoked partitions' claims (no new run until they are assigned again),
+        then Faust's (which waits for the jobs in flight)."""
+        if not self.should_stop:
+            for claims in self.__dict__.get("_partition_claims", []):
+                claims.on_revoked(revoked)
+        await super()._on_partitions_revoked(revoked)
+
     async def _on_partitions_assigned(self, assigned: Any, generation_id: int = 0) -> None:
         """Faust's, after claiming the newly assigned partitions (fencing their previous
         owners' writes) and releasing the revoked ones."""

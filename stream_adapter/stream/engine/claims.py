@@ -10,12 +10,23 @@ fails with ProducerFenced. A write goes through a `Claim`, each in a transaction
 one that fails because the partition changed hands raises `OwnershipLost`, and its records
 are never visible to a read_committed reader (the worker's consumer and table restore read
 committed records only, loop_consumer.py).
+
+A worker also stops starting things before it is fenced, in the two moments when it may have
+lost a partition without a failed write telling it:
+- while a rebalance revokes the partition and until the group assigns it again, a claim is
+  suspended: only the outcome of a run already started (`finishing`) is written;
+- after its event loop stood still for most of the session timeout (a pause: the group has
+  likely expelled it), every claim is suspended and the worker asks to rejoin the group;
+  the assignment that follows says what it owns.
+A write refused so raises OwnershipLost: the route hands its message back unacked, and the
+partition's next owner (this worker again, after the rebalance) reads it anew.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +41,15 @@ from stream_adapter import logs
 from stream_adapter.stream.engine.records import Headers
 
 STOP_TIMEOUT_S = 10.0
+
+STALL_SHARE = 0.5
+"""A loop that stood still this share of the session timeout may have been expelled."""
+
+TICK_S = 0.25
+"""How often the claims note that the loop still runs."""
+
+STALLED = "loop stalled"
+"""Why claims are suspended after a stall: no write at all until the group assigns again."""
 
 FENCED = (ProducerFenced, InvalidProducerEpoch)
 """What a producer whose transactional id a newer owner started meets."""
@@ -64,14 +84,23 @@ class Claim:
     transactional_id: str
     producer: Any
     lost: bool = False
+    suspended: str = ""
+    """Why only finishing writes go through now ("" when every write does)."""
+    check: Any = None
+    """Called before each write: raises OwnershipLost when the worker's membership is in doubt."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def write(self, records: Sequence[Write]) -> list[Any]:
+    async def write(self, records: Sequence[Write], *, finishing: bool = False) -> list[Any]:
         """Write records in one transaction; their metadata once committed. OwnershipLost
-        when the partition changed hands since this claim was made (nothing was written)."""
+        when the partition changed hands since this claim was made, or, unless finishing
+        (the outcome of a run already started), while it is suspended (nothing was written)."""
+        if self.check is not None:
+            self.check()  # after a stall nothing goes through, not even an outcome
         async with self.lock:
             if self.lost:
                 raise OwnershipLost(self.partition, "released")
+            if self.suspended and (not finishing or self.suspended == STALLED):
+                raise OwnershipLost(self.partition, self.suspended)
             producer = self.producer
             try:
                 await producer.begin_transaction()
@@ -107,6 +136,48 @@ class PartitionClaims:
         self._claims: dict[int, Claim] = {}
         self._claiming: dict[int, asyncio.Lock] = {}
         self._generation: int | None = None
+        self._ticked = time.monotonic()
+        self._ticker: asyncio.TimerHandle | None = None
+        self.stalls_total = 0
+        """Loop stalls long enough to suspend every claim, since the worker started."""
+
+    def _stall_limit_s(self) -> float:
+        return STALL_SHARE * float(self._app.conf.broker_session_timeout)
+
+    def _tick(self) -> None:
+        """Note that the loop runs (every TICK_S while claims are held)."""
+        with contextlib.suppress(OwnershipLost):
+            self.check_loop()
+        self._ticked = time.monotonic()
+        self._ticker = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+
+    def check_loop(self) -> None:
+        """Suspend every claim and ask the group to rejoin when the loop stood still past
+        the stall limit since its last tick; OwnershipLost for the write that found it."""
+        stalled_s = time.monotonic() - self._ticked
+        if stalled_s <= self._stall_limit_s() or not self._claims:
+            return
+        self._ticked = time.monotonic()
+        self.stalls_total += 1
+        for claim in self._claims.values():
+            claim.suspended = STALLED
+        logs.event(
+            logs.WARNING,
+            "event loop stood still; claims suspended until the group assigns again",
+            stalled_s=round(stalled_s, 1),
+            partitions=sorted(self._claims),
+        )
+        with contextlib.suppress(Exception):
+            self._app.consumer.request_rejoin()
+        raise OwnershipLost(min(self._claims), STALLED)
+
+    def on_revoked(self, revoked: Iterable[Any]) -> None:
+        """A rebalance takes revoked away until the next assignment: their claims write only
+        the outcomes of runs already started (no new run, park or decision meanwhile)."""
+        for tp in revoked:
+            claim = self._claims.get(tp.partition) if tp.topic in self._topics else None
+            if claim is not None and not claim.suspended:  # a stalled loop's stays
+                claim.suspended = "revoked"
 
     def transactional_id(self, partition: int) -> str:
         return f"{self._app.conf.id}-{self._name}-{partition}"
@@ -128,6 +199,11 @@ class PartitionClaims:
         for partition in list(self._claims):
             if partition not in mine or not continuous:
                 await self._release(partition)
+            else:
+                self._claims[partition].suspended = ""
+        self._ticked = time.monotonic()
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().call_later(TICK_S, self._tick)
         fresh = sorted(p for p in mine if p not in self._claims or self._claims[p].lost)
         outcomes = await asyncio.gather(*(self._claim(p) for p in fresh), return_exceptions=True)
         for partition, outcome in zip(fresh, outcomes, strict=True):
@@ -166,7 +242,8 @@ class PartitionClaims:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(producer.stop(), STOP_TIMEOUT_S)
                 raise
-            claim = self._claims[partition] = Claim(partition, tid, producer)
+            claim = Claim(partition, tid, producer, check=self.check_loop)
+            self._claims[partition] = claim
             return claim
 
     async def _release(self, partition: int) -> None:
@@ -178,5 +255,8 @@ class PartitionClaims:
 
     async def stop(self) -> None:
         """Release every claim (the worker stops)."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
         for partition in list(self._claims):
             await self._release(partition)

@@ -25,6 +25,7 @@ from typing import Any, Protocol, cast
 
 from stream_adapter import logs
 from stream_adapter.stream.engine.app import App, make_current
+from stream_adapter.stream.engine.claims import OwnershipLost
 from stream_adapter.stream.engine.commits.gate import OutputSection, current_section
 from stream_adapter.stream.engine.commits.transactions import transactional_id
 from stream_adapter.stream.engine.keyed import KeyedScheduler
@@ -241,6 +242,9 @@ async def _until_done(app: App, delivery: Delivery, message: Any, process: Proce
     while True:
         try:
             await process(delivery)
+        except OwnershipLost as exc:
+            _hand_back(app, delivery, message, exc)
+            return
         except Exception as exc:
             failures += 1
             if guard is not None:
@@ -260,6 +264,20 @@ async def _until_done(app: App, delivery: Delivery, message: Any, process: Proce
             continue
         app.consumer.ack(message)
         return
+
+
+def _hand_back(app: App, delivery: Delivery, message: Any, exc: OwnershipLost) -> None:
+    """A job whose partition is not this worker's now: its message stays unacked, so no
+    commit passes it, and the group rebalances (if it is not already), so the partition's
+    owner reads it again from the committed offset. Exactly once, what it put in its
+    partition's transaction is aborted with it."""
+    guard = app.transaction_guard
+    if guard is not None:
+        guard.fail(transactional_id(app, delivery.topic, delivery.partition), exc)
+    app.consumer.unacked.discard(message)
+    request_rejoin = getattr(app.consumer, "request_rejoin", None)
+    if request_rejoin is not None:
+        request_rejoin()
 
 
 def _on_job_error(exc: BaseException) -> None:

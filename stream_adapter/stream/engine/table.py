@@ -74,6 +74,7 @@ class DurableTable:
         *,
         now: bool = False,
         claim: Claim | None = None,
+        finishing: bool = False,
     ) -> None:
         """Store value (None: delete key) and wait until its changelog entry (a tombstone for
         None) is acknowledged by the broker.
@@ -81,7 +82,8 @@ class DurableTable:
         Exactly once the entry joins the current message's transaction, except with `now`.
         RecordTooLarge, nothing written, for a record above MAX_RECORD_BYTES. With claims, a
         write outside that transaction goes through claim (by default the partition's current
-        one) and raises OwnershipLost once the partition changed hands.
+        one) and raises OwnershipLost once the partition changed hands, or while a rebalance
+        revokes it unless finishing (the outcome of a run already started).
         """
         topic = self._table.changelog_topic.get_topic_name()
         check_size(topic, key, value)
@@ -91,7 +93,8 @@ class DurableTable:
                 for writes in self._staged.values():
                     writes.pop(key, None)
             claim = claim or await self._claims.claim(partition)
-            await self._acked(key, value, partition, self._claimed(claim, key, value, partition))
+            claimed = self._claimed(claim, key, value, partition, finishing)
+            await self._acked(key, value, partition, claimed)
             return
         if not exactly_once:
             sent = acked(self._table.send_changelog(partition, key, value), topic)
@@ -109,9 +112,12 @@ class DurableTable:
         tid = self._sender.transaction_of_current()
         self._staged.setdefault(tid, {})[key] = (partition, value)
 
-    async def _claimed(self, claim: Claim, key: bytes, value: bytes | None, partition: int) -> None:
+    async def _claimed(
+        self, claim: Claim, key: bytes, value: bytes | None, partition: int, finishing: bool
+    ) -> None:
         topic = self._table.changelog_topic.get_topic_name()
-        [written] = await acked(claim.write([Write(topic, key, value, partition)]), topic)
+        write = claim.write([Write(topic, key, value, partition)], finishing=finishing)
+        [written] = await acked(write, topic)
         store = self._table.data
         if not self._sender.exactly_once and hasattr(store, "set_persisted_offset"):
             # As Faust's own changelog send at least once: restore starts after it.
