@@ -33,7 +33,13 @@ from stream_adapter.replies import Reply
 from stream_adapter.stores._common import conflict, missing
 from stream_adapter.stores._lifetimes import AgingStore
 
-__all__ = ["CompareAndSetStore"]
+__all__ = ["CompareAndSetStore", "unchanged"]
+
+
+def unchanged(stored: ApprovalRecord | None, expected: ApprovalRecord) -> bool:
+    """Whether stored is still the record expected was read as: same state, same runs count
+    (the test a backend's `_swap` makes before it writes)."""
+    return stored is not None and stored.state is expected.state and stored.runs == expected.runs
 
 
 class CompareAndSetStore(AgingStore, ABC):

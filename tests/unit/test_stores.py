@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +295,25 @@ async def test_sqlite_survives_a_restart(tmp_path: Path) -> None:
     second = SQLiteApprovalStore(tmp_path / "a.db")
     assert await second.get(rec.approval_id) == rec
     second.close()
+
+
+def test_memory_claims_from_many_threads_start_one_run() -> None:
+    """Threads, each with its own event loop, claiming one approved call: one wins."""
+    store = MemoryApprovalStore()
+    rec = asyncio.run(store.park(a_record()))
+    decision = Decision(approval_id=rec.approval_id, approved=True, reviewer="ann")
+    asyncio.run(store.decide(rec.approval_id, decision))
+    start = threading.Barrier(8)
+
+    def claim(_: int) -> tuple[ApprovalRecord, bool]:
+        start.wait()
+        return asyncio.run(store.claim(rec.approval_id))
+
+    with ThreadPoolExecutor(8) as pool:
+        claims = list(pool.map(claim, range(8)))
+    winners = [record for record, won in claims if won]
+    assert len(winners) == 1 and winners[0].runs == 1
+    assert asyncio.run(store.get(rec.approval_id)) == winners[0]
 
 
 def test_concurrent_resumes_across_two_processes(tmp_path: Path) -> None:
