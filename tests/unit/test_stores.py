@@ -170,8 +170,7 @@ async def test_resolve_not_run_approves_one_fresh_run(store: ApprovalStore) -> N
 
 def read_once(store: ApprovalStore, old: ApprovalRecord) -> bool:
     """Make a compare-and-set store's next read return old: a host that read the record,
-    stalled, and writes only now. False for the memory and SQLite stores: they read and write
-    under one lock or transaction, so no host can hold an old copy there."""
+    stalled, and writes only now (every store is one now; False for any that is not)."""
     if not isinstance(store, CompareAndSetStore):
         return False
 
