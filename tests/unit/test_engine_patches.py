@@ -4,6 +4,8 @@ written for."""
 from __future__ import annotations
 
 import sys
+import time
+from types import SimpleNamespace
 
 import pytest
 from aiokafka.consumer.group_coordinator import GroupCoordinator
@@ -13,7 +15,7 @@ from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer, TransactionManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
 
-from stream_adapter.stream.engine import App, UnsupportedVersion, patches
+from stream_adapter.stream.engine import App, UnsupportedVersion, heartbeats, patches
 from stream_adapter.stream.engine.commits import offsets
 
 WRITTEN_FOR = {"faust-streaming": "0.15.3", "mode-streaming": "0.7.1", "aiokafka": "0.14.0"}
@@ -53,7 +55,7 @@ def test_the_installed_versions_are_the_ones_written_for() -> None:
     patches.check_versions()  # what pyproject.toml pins must pass its own check
 
 
-def test_install_replaces_the_ten_functions_once_and_keeps_the_originals() -> None:
+def test_install_replaces_the_eleven_functions_once_and_keeps_the_originals() -> None:
     patches.install()
     patches.install()
     assert Consumer._new_offset is offsets.new_offset
@@ -67,6 +69,7 @@ def test_install_replaces_the_ten_functions_once_and_keeps_the_originals() -> No
         (Recovery, "_build_highwaters"),
         (GroupCoordinator, "_do_fetch_commit_offsets"),
         (AIOKafkaTransactionManager, "consumer_group_to_add"),
+        (GroupCoordinator, "_do_heartbeat"),
         (python_records, "lz4_encode"),
         (sys.modules[python_records.DefaultRecordBatchBuilder.__module__], "lz4_encode"),
     ]
@@ -83,3 +86,21 @@ def test_an_app_on_another_faust_is_refused_before_it_is_built(
     monkeypatch.setattr(patches, "_version", found.get)
     with pytest.raises(UnsupportedVersion, match=r"faust-streaming 0\.16\.0"):
         App("refused-app")
+
+
+async def test_a_good_heartbeat_answer_is_timed_and_a_failed_one_is_not() -> None:
+    answers = iter([False, True, False])
+
+    async def own(coordinator: object) -> bool:
+        return next(answers)
+
+    heartbeat = heartbeats.stamped_heartbeat(own)
+    coordinator = SimpleNamespace()
+    assert await heartbeat(coordinator) is False
+    assert heartbeats.last_heartbeat(coordinator) is None
+    before = time.monotonic()
+    assert await heartbeat(coordinator) is True
+    stamped = heartbeats.last_heartbeat(coordinator)
+    assert stamped is not None and before <= stamped <= time.monotonic()
+    assert await heartbeat(coordinator) is False
+    assert heartbeats.last_heartbeat(coordinator) == stamped

@@ -15,9 +15,10 @@ A worker also stops starting things before it is fenced, in the two moments when
 lost a partition without a failed write telling it:
 - while a rebalance revokes the partition and until the group assigns it again, a claim is
   suspended: only the outcome of a run already started (`finishing`) is written;
-- after its event loop stood still for most of the session timeout (a pause: the group has
-  likely expelled it), every claim is suspended and the worker asks to rejoin the group;
-  the assignment that follows says what it owns.
+- when the group coordinator has not confirmed its membership for half the session timeout
+  (no good heartbeat answer since, nor an assignment: it was paused, or cut off from the
+  broker, and may have been expelled), every claim is suspended, outcomes included, and the
+  worker asks to rejoin the group; the assignment that follows says what it owns.
 A write refused so raises OwnershipLost: the route hands its message back unacked, and the
 partition's next owner (this worker again, after the rebalance) reads it anew.
 """
@@ -42,14 +43,11 @@ from stream_adapter.stream.engine.records import Headers
 
 STOP_TIMEOUT_S = 10.0
 
-STALL_SHARE = 0.5
-"""A loop that stood still this share of the session timeout may have been expelled."""
+UNCONFIRMED_SHARE = 0.5
+"""A worker whose membership went unconfirmed this share of the session timeout may be out."""
 
-TICK_S = 0.25
-"""How often the claims note that the loop still runs."""
-
-STALLED = "loop stalled"
-"""Why claims are suspended after a stall: no write at all until the group assigns again."""
+UNCONFIRMED = "membership unconfirmed"
+"""Why claims are suspended then: no write at all until the group assigns again."""
 
 FENCED = (ProducerFenced, InvalidProducerEpoch)
 """What a producer whose transactional id a newer owner started meets."""
@@ -87,7 +85,8 @@ class Claim:
     suspended: str = ""
     """Why only finishing writes go through now ("" when every write does)."""
     check: Any = None
-    """Called before each write: raises OwnershipLost when the worker's membership is in doubt."""
+    """Called before each write: raises OwnershipLost while the worker's membership is in
+    doubt."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def write(self, records: Sequence[Write], *, finishing: bool = False) -> list[Any]:
@@ -95,11 +94,11 @@ class Claim:
         when the partition changed hands since this claim was made, or, unless finishing
         (the outcome of a run already started), while it is suspended (nothing was written)."""
         if self.check is not None:
-            self.check()  # after a stall nothing goes through, not even an outcome
+            self.check()  # unconfirmed, nothing goes through, not even an outcome
         async with self.lock:
             if self.lost:
                 raise OwnershipLost(self.partition, "released")
-            if self.suspended and (not finishing or self.suspended == STALLED):
+            if self.suspended and (not finishing or self.suspended == UNCONFIRMED):
                 raise OwnershipLost(self.partition, self.suspended)
             producer = self.producer
             try:
@@ -136,47 +135,47 @@ class PartitionClaims:
         self._claims: dict[int, Claim] = {}
         self._claiming: dict[int, asyncio.Lock] = {}
         self._generation: int | None = None
-        self._ticked = time.monotonic()
-        self._ticker: asyncio.TimerHandle | None = None
-        self.stalls_total = 0
-        """Loop stalls long enough to suspend every claim, since the worker started."""
+        self._confirmed_at = time.monotonic()
+        self.suspensions_total = 0
+        """Times every claim was suspended for an unconfirmed membership."""
 
-    def _stall_limit_s(self) -> float:
-        return STALL_SHARE * float(self._app.conf.broker_session_timeout)
+    def _unconfirmed_s(self) -> float:
+        """Seconds since the group last confirmed this worker a member (an assignment, or a
+        good heartbeat answer)."""
+        heartbeat = getattr(self._app.consumer, "heartbeat_at", lambda: None)()
+        confirmed = max(self._confirmed_at, heartbeat or 0.0)
+        return time.monotonic() - confirmed
 
-    def _tick(self) -> None:
-        """Note that the loop runs (every TICK_S while claims are held)."""
-        with contextlib.suppress(OwnershipLost):
-            self.check_loop()
-        self._ticked = time.monotonic()
-        self._ticker = asyncio.get_running_loop().call_later(TICK_S, self._tick)
-
-    def check_loop(self) -> None:
-        """Suspend every claim and ask the group to rejoin when the loop stood still past
-        the stall limit since its last tick; OwnershipLost for the write that found it."""
-        stalled_s = time.monotonic() - self._ticked
-        if stalled_s <= self._stall_limit_s() or not self._claims:
+    def check_membership(self) -> None:
+        """Before a write: when the membership went unconfirmed past the limit, suspend every
+        claim until the next assignment, ask the group to rejoin, and raise OwnershipLost."""
+        if not self._claims:
             return
-        self._ticked = time.monotonic()
-        self.stalls_total += 1
+        if any(c.suspended == UNCONFIRMED for c in self._claims.values()):
+            raise OwnershipLost(min(self._claims), UNCONFIRMED)
+        unconfirmed_s = self._unconfirmed_s()
+        limit_s = UNCONFIRMED_SHARE * float(self._app.conf.broker_session_timeout)
+        if unconfirmed_s <= limit_s:
+            return
+        self.suspensions_total += 1
         for claim in self._claims.values():
-            claim.suspended = STALLED
+            claim.suspended = UNCONFIRMED
         logs.event(
             logs.WARNING,
-            "event loop stood still; claims suspended until the group assigns again",
-            stalled_s=round(stalled_s, 1),
+            "group membership unconfirmed; claims suspended until the group assigns again",
+            unconfirmed_s=round(unconfirmed_s, 1),
             partitions=sorted(self._claims),
         )
         with contextlib.suppress(Exception):
             self._app.consumer.request_rejoin()
-        raise OwnershipLost(min(self._claims), STALLED)
+        raise OwnershipLost(min(self._claims), UNCONFIRMED)
 
     def on_revoked(self, revoked: Iterable[Any]) -> None:
         """A rebalance takes revoked away until the next assignment: their claims write only
         the outcomes of runs already started (no new run, park or decision meanwhile)."""
         for tp in revoked:
             claim = self._claims.get(tp.partition) if tp.topic in self._topics else None
-            if claim is not None and not claim.suspended:  # a stalled loop's stays
+            if claim is not None and not claim.suspended:  # an unconfirmed one's stays
                 claim.suspended = "revoked"
 
     def transactional_id(self, partition: int) -> str:
@@ -201,9 +200,7 @@ class PartitionClaims:
                 await self._release(partition)
             else:
                 self._claims[partition].suspended = ""
-        self._ticked = time.monotonic()
-        if self._ticker is None:
-            self._ticker = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+        self._confirmed_at = time.monotonic()
         fresh = sorted(p for p in mine if p not in self._claims or self._claims[p].lost)
         outcomes = await asyncio.gather(*(self._claim(p) for p in fresh), return_exceptions=True)
         for partition, outcome in zip(fresh, outcomes, strict=True):
@@ -242,7 +239,7 @@ class PartitionClaims:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(producer.stop(), STOP_TIMEOUT_S)
                 raise
-            claim = Claim(partition, tid, producer, check=self.check_loop)
+            claim = Claim(partition, tid, producer, check=self.check_membership)
             self._claims[partition] = claim
             return claim
 
@@ -255,8 +252,5 @@ class PartitionClaims:
 
     async def stop(self) -> None:
         """Release every claim (the worker stops)."""
-        if self._ticker is not None:
-            self._ticker.cancel()
-            self._ticker = None
         for partition in list(self._claims):
             await self._release(partition)

@@ -26,6 +26,7 @@ from mode.utils.futures import notify
 
 from stream_adapter import logs
 from stream_adapter.stream.engine.commits.gate import CommitGate
+from stream_adapter.stream.engine.heartbeats import last_heartbeat
 from stream_adapter.stream.engine.loop_consumer import LoopConsumerThread
 from stream_adapter.stream.engine.producer import IdempotentProducer
 from stream_adapter.stream.engine.restore import BulkRestore
@@ -512,6 +513,13 @@ class FastConsumer(faust_aiokafka.Consumer):
         if state is None or not state.has_valid_position:
             return None
         return int(state.position)
+
+    def heartbeat_at(self) -> float | None:
+        """The monotonic time of the group coordinator's last good answer to a heartbeat
+        (engine/heartbeats.py), None before the first."""
+        consumer = getattr(self._thread, "_consumer", None)
+        coordinator = getattr(consumer, "_coordinator", None)
+        return None if coordinator is None else last_heartbeat(coordinator)
 
     def request_rejoin(self) -> None:
         """Have the group rebalance, so every partition restarts from its committed offset."""

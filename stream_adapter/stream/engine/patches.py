@@ -66,7 +66,7 @@ def install() -> None:
     from faust.transport.consumer import Consumer, TransactionManager
     from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
 
-    from stream_adapter.stream.engine import stable_offsets
+    from stream_adapter.stream.engine import heartbeats, stable_offsets
     from stream_adapter.stream.engine.commits import offsets, transactions
     from stream_adapter.stream.engine.recovery import (
         broker_highwaters,
@@ -83,6 +83,7 @@ def install() -> None:
     _replace(Recovery, "_build_highwaters", standbys_without_waiting)
     _replace(GroupCoordinator, "_do_fetch_commit_offsets", stable_offsets.stable_fetch)
     _replace(AIOKafkaTransactionManager, "consumer_group_to_add", transactions.early_offsets_group)
+    _replace(GroupCoordinator, "_do_heartbeat", heartbeats.stamped_heartbeat)
     install_fast_lz4()
 
 
