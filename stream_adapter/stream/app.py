@@ -138,7 +138,12 @@ def build_app(
     # The calls topic's id is learnt as partitions are assigned, before their first record:
     # until it is known, the inline lane hands every call to the scheduled path.
     app.assignment_hooks.append(partial(ctx.scopes.prime, settings.calls_topic))
-    flow = ApprovalFlow(ctx, ApprovalTable(approvals_store), origin=f"kafka:{settings.app_id}")
+    flow = ApprovalFlow(
+        ctx,
+        ApprovalTable(approvals_store),
+        origin=f"kafka:{settings.app_id}",
+        requests_pending=partial(app.has_work, approval_requests_topic(settings)),
+    )
 
     inputs = frozenset(
         (settings.calls_topic, settings.decisions_topic, approval_requests_topic(settings))

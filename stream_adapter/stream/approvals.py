@@ -12,7 +12,7 @@ write.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -128,12 +128,27 @@ def signature_of(keys: DecisionKeys, headers: Mapping[str, bytes]) -> str:
     return "signed" if keys.required else "unchecked"
 
 
+PARK_WAIT_S = 20.0
+"""Longest a decision for an approval not parked here yet waits for its park request."""
+
+PARK_POLL_S = 0.05
+
+
 class ApprovalFlow:
     """Processes one message of the approvals channel at a time per approval_id."""
 
-    def __init__(self, ctx: FlowContext, table: ApprovalTable, origin: str) -> None:
+    def __init__(
+        self,
+        ctx: FlowContext,
+        table: ApprovalTable,
+        origin: str,
+        requests_pending: Callable[[int], bool] | None = None,
+    ) -> None:
         self.ctx = ctx
         self.table = table
+        self.requests_pending = requests_pending
+        """Whether a partition of the approval requests topic has records not yet handled:
+        a park ahead of a decision read first (the two topics are read independently)."""
         self.origin = origin
         self.origin_host = f"{origin}@{this_process()}"
         """Who starts runs here, kept on the record: the reviewer of an unknown outcome sees
@@ -431,6 +446,33 @@ class ApprovalFlow:
         )
         return unknown
 
+    async def _parked_meanwhile(self, delivery: Delivery) -> ApprovalRecord | None:
+        """The record a decision names once its park request is handled, while the requests
+        partition still has records to handle (up to PARK_WAIT_S).
+
+        A new owner reads the requests and decisions topics from their committed offsets at
+        once: a decision can come before the park of its own call, which the previous owner
+        had answered but not committed. Without the wait it would find no record and be lost.
+        """
+        if self.requests_pending is None or self._decided_approval_id(delivery) is None:
+            return None
+        deadline = asyncio.get_running_loop().time() + PARK_WAIT_S
+        while self.requests_pending(delivery.partition):
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(PARK_POLL_S)
+            record = self._decided_record(delivery)
+            if record is not None:
+                return record
+        return self._decided_record(delivery)
+
+    @staticmethod
+    def _decided_approval_id(delivery: Delivery) -> str | None:
+        try:
+            return parse_reviewer_message(delivery.value).approval_id
+        except ToolUsageError:
+            return None
+
     def _decided_record(self, delivery: Delivery) -> ApprovalRecord | None:
         """The record a decision names, if it parses and the record is here: its signature
         must be bound to that record (`approvals.fingerprint`)."""
@@ -440,7 +482,7 @@ class ApprovalFlow:
             return None
 
     async def _decision(self, delivery: Delivery, trace: Headers | None) -> None:
-        decided = self._decided_record(delivery)
+        decided = self._decided_record(delivery) or await self._parked_meanwhile(delivery)
         binds = "" if decided is None else fingerprint(decided)
         try:
             self.ctx.keys.verify(delivery.value, delivery.headers, binds=binds)

@@ -1,4 +1,5 @@
-"""A worker's own live run of an approved call is never mistaken for a dead one.
+"""A worker's own live run of an approved call is never mistaken for a dead one, and a
+decision read before its call's park request waits for it.
 
 Resumes and decisions for one approval come on two topics, so their jobs can run at once; each
 waits while the worker runs the call. When a run ends with no outcome stored (its table write
@@ -22,6 +23,7 @@ from stream_adapter.approvals import (
 )
 from stream_adapter.envelope import Envelope
 from stream_adapter.retries import RetryPolicy
+from stream_adapter.review.decide import decision_message
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.approvals import ApprovalFlow
@@ -47,7 +49,13 @@ class _Table:
         return None
 
     async def put(
-        self, record: ApprovalRecord, partition: int, *, now: bool = False, claim: Any = None
+        self,
+        record: ApprovalRecord,
+        partition: int,
+        *,
+        now: bool = False,
+        claim: Any = None,
+        finishing: bool = False,
     ) -> None:
         await asyncio.sleep(0)
         if record.state is ApprovalState.DONE and self.fail_done:
@@ -62,13 +70,20 @@ class _Outputs:
 
     def __init__(self) -> None:
         self.replies: list[dict[str, Any]] = []
+        self.dead_letters: list[str] = []
 
     async def reply(self, reply: dict[str, Any], **_: Any) -> None:
         self.replies.append(reply)
 
+    async def dead_letter(self, delivery: Delivery, exc: Exception, **_: Any) -> None:
+        self.dead_letters.append(type(exc).__name__)
+
 
 def _flow(
-    started: asyncio.Event, release: asyncio.Event, runs: list[int]
+    started: asyncio.Event,
+    release: asyncio.Event,
+    runs: list[int],
+    requests_pending: Any = None,
 ) -> tuple[ApprovalFlow, _Table, _Outputs]:
     reg = ToolRegistry()
 
@@ -90,14 +105,26 @@ def _flow(
         keys=DecisionKeys({}, allow_unsigned=True),
     )
     table = _Table()
-    return ApprovalFlow(ctx, table, origin="kafka:test"), table, outputs  # type: ignore[arg-type]
+    flow = ApprovalFlow(ctx, table, origin="kafka:test", requests_pending=requests_pending)  # type: ignore[arg-type]
+    return flow, table, outputs
+
+
+def _parked() -> ApprovalRecord:
+    envelope = Envelope("pay", {"n": 3}, "run-1", "call-1", None, "calls:0:7", "kafka")
+    return new_record(envelope, "pay", origin="kafka:test")
 
 
 def _approved() -> ApprovalRecord:
-    envelope = Envelope("pay", {"n": 3}, "run-1", "call-1", None, "calls:0:7", "kafka")
-    record = new_record(envelope, "pay", origin="kafka:test")
+    record = _parked()
     decision = Decision(approval_id=record.approval_id, approved=True, reviewer="ann")
     return apply_decision(record, decision)[0]
+
+
+def _decision(record: ApprovalRecord) -> Delivery:
+    decision = Decision(approval_id=record.approval_id, approved=True, reviewer="ann")
+    value, headers = decision_message(decision, DecisionKeys({}, allow_unsigned=True), record)
+    topic = Settings().decisions_topic
+    return Delivery(topic, 0, 3, record.approval_id.encode(), value, dict(headers))
 
 
 async def test_a_waiter_waits_for_the_run_another_waiter_started() -> None:
@@ -126,3 +153,32 @@ async def test_a_waiter_waits_for_the_run_another_waiter_started() -> None:
     assert final is not None and final.state is ApprovalState.DONE
     statuses = [(r["status"], r.get("outcome", {}).get("status")) for r in outputs.replies]
     assert statuses == [("ok", None), ("already_done", "ok")], outputs.replies
+
+
+async def test_a_decision_read_before_its_park_waits_for_it() -> None:
+    started, release, runs = asyncio.Event(), asyncio.Event(), []
+    release.set()
+    parked = _parked()
+    asked: list[int] = []
+
+    def requests_pending(partition: int) -> bool:
+        asked.append(partition)
+        return parked.approval_id not in table.records
+
+    flow, table, outputs = _flow(started, release, runs, requests_pending)
+    table.fail_done = 0
+    decided = asyncio.create_task(flow.process(_decision(parked)))
+    for _ in range(3):  # the decision job looks, finds no record, and waits
+        await asyncio.sleep(0)
+    assert not decided.done() and asked == [0]
+    table.records[parked.approval_id] = parked  # the park request's job runs now
+    await asyncio.wait_for(decided, DEADLINE_S)
+    assert outputs.dead_letters == [] and runs == [3]
+    assert [r["status"] for r in outputs.replies] == ["ok"]
+
+
+async def test_a_decision_for_no_approval_is_refused_once_the_requests_are_handled() -> None:
+    started, release, runs = asyncio.Event(), asyncio.Event(), []
+    flow, _, outputs = _flow(started, release, runs, lambda partition: False)
+    await asyncio.wait_for(flow.process(_decision(_parked())), DEADLINE_S)
+    assert outputs.dead_letters == ["ApprovalNotFound"] and runs == []

@@ -150,6 +150,17 @@ class App(faust.App):
         self.add_service(watch.start, watch.stop)
         return watch
 
+    def has_work(self, topic: str, partition: int) -> bool:
+        """Whether topic's partition, assigned here, has records fetched or to fetch below its
+        highwater, or handed on and not yet committed (False when not assigned here)."""
+        consumer = getattr(self, "_consumer", None)
+        if not isinstance(consumer, FastConsumer):
+            return False
+        for tp, _, work in consumer.partition_work(frozenset((topic,))):
+            if tp.partition == partition:
+                return work
+        return False
+
     def lags(self, topics: frozenset[str]) -> list[tuple[str, int, int]]:
         """Per assigned partition of topics: (topic, partition, messages after the commit)."""
         return self.fast_consumer.lags(topics)
