@@ -35,6 +35,7 @@ from stream_adapter.replies import (
     ok_reply,
     pending_reply,
 )
+from stream_adapter.retention import DEFAULT_SETTLED_RETENTION_S
 
 __all__ = [
     "DEFAULT_SETTLED_RETENTION_S",
@@ -104,10 +105,6 @@ SETTLED_STATES = frozenset({ApprovalState.DONE, ApprovalState.DENIED, ApprovalSt
 """States a record never leaves: kept for the settled retention (redeliveries answer from
 them), then removed. A resolved unknown outcome (`ran`) is done, so settled too; pending,
 approved, running and unknown records are never removed."""
-
-DEFAULT_SETTLED_RETENTION_S = 14 * 86400.0
-"""Two weeks: longer than the broker's default topic retention (7 days), so a call or decision
-redelivered from its topic always finds its record."""
 
 
 def utc_now() -> str:

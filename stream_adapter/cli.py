@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 import click
@@ -394,8 +395,12 @@ def topics_describe(settings: Settings, as_json: bool) -> None:
 # -- worker and tools ---------------------------------------------------------------------------
 
 
-def load_topology(settings: Settings) -> Any:
-    """Import the settings' topology module (which reads the settings from the environment)."""
+def load_topology(settings: Settings) -> ModuleType:
+    """Import the settings' topology module (which reads the settings from the environment).
+
+    The one loader of `worker`, `tools` and `mcp`: a topology that cannot be imported is a
+    configuration fault, ConfigError (exit 8), never a broker one.
+    """
     import importlib
 
     settings.export()  # secrets stay out of os.environ, where tools would inherit them
@@ -418,10 +423,11 @@ def worker(settings: Settings) -> None:
     from stream_adapter.stream.worker import run_worker
 
     check_codecs()  # before the topology's imports: the install as it is
-    if getattr(load_topology(settings), "app", None) is None:
+    app = getattr(load_topology(settings), "app", None)
+    if app is None:
         raise ConfigError(f"topology {settings.topology!r} has no `app`")
     run_client(reachable(settings))  # credentials and TLS: each failure one line, its own code
-    run_worker(settings)
+    run_worker(settings, app)
 
 
 TOOL_COLUMNS = (

@@ -259,51 +259,23 @@ async def record_decision(
     approved: bool,
     reason: str | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    """Store a reviewer's decision: (200, record), (404, problem) or (409, problem).
+    """Store a reviewer's decision: (200, record), (400, 404 or 409 problem).
 
     Takes the executor or the Backend holding it. The reviewer must come from the caller's
     credential, never from a request body.
     """
-    executor = executor_of(executor)
-    store = _store(executor, None)
-    try:
-        decision = Decision(
-            approval_id=approval_id,
-            approved=approved,
-            reviewer=reviewer,
-            reason=reason,
-            decided_at=utc_now(),
-        )
-        record = await store.get(approval_id)
-        if record is None:
-            raise ApprovalNotFound(f"no approval {approval_id[:80]!r}", approval_id=approval_id)
-        _owned(executor, record)
-        record = await store.decide(approval_id, decision)
-    except (ApprovalNotFound, ApprovalConflict, ToolUsageError) as exc:
-        if isinstance(exc, ApprovalConflict):
-            logs.event(
-                logs.WARNING,
-                "later decision ignored",
-                approval_id=approval_id,
-                error_kind=exc.kind,
-                reviewer=reviewer,
-            )
-        return error_reply(exc)
-    except ValueError:
-        return error_reply(ToolUsageError("malformed decision"))
-    logs.event(
-        logs.INFO,
-        "decision recorded",
-        tool=record.tool,
+    return await _record_finding(
+        executor,
+        Decision,
         approval_id=approval_id,
-        state=record.state,
         reviewer=reviewer,
+        approved=approved,
+        reason=reason,
     )
-    return 200, record.model_dump(mode="json", exclude_none=True)
 
 
 async def resolve_outcome(
-    executor: Executor,
+    executor: Executor | Backend,
     approval_id: str,
     *,
     reviewer: str,
@@ -311,47 +283,74 @@ async def resolve_outcome(
     result: Any = None,
     reason: str | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    """Store a person's finding about an unknown outcome: (200, record), (404, problem) or
-    (409, problem).
+    """Store a person's finding about an unknown outcome: (200, record), (400, 404 or 409
+    problem).
 
-    `ran=True` settles it: the next resume answers with an ok reply carrying `result`.
-    `ran=False` approves it again, once: the next resume runs it fresh. The reviewer must come
-    from the caller's credential, never from a request body.
+    Takes the executor or the Backend holding it. `ran=True` settles it: the next resume
+    answers with an ok reply carrying `result`. `ran=False` approves it again, once: the next
+    resume runs it fresh. The reviewer must come from the caller's credential, never from a
+    request body.
     """
+    return await _record_finding(
+        executor,
+        Resolution,
+        approval_id=approval_id,
+        reviewer=reviewer,
+        resolution="ran" if ran else "not_run",
+        result=result,
+        reason=reason,
+    )
+
+
+_WORDING: dict[type[Decision | Resolution], tuple[str, str, str]] = {
+    Decision: ("decision", "later decision ignored", "decision recorded"),
+    Resolution: ("resolution", "resolution refused", "unknown outcome resolved"),
+}
+"""Per kind of finding: its name in a malformed-input problem, the conflict and success logs."""
+
+
+async def _record_finding(
+    target: Executor | Backend,
+    kind: type[Decision | Resolution],
+    *,
+    approval_id: str,
+    reviewer: str,
+    **fields: Any,
+) -> tuple[int, dict[str, Any]]:
+    """Apply a reviewer's Decision or Resolution to this origin's record in the executor's
+    store, answered as (status, record or problem) for the review surfaces."""
+    executor = executor_of(target)
     store = _store(executor, None)
+    noun, refused, recorded = _WORDING[kind]
     try:
-        resolution = Resolution(
-            approval_id=approval_id,
-            resolution="ran" if ran else "not_run",
-            reviewer=reviewer,
-            result=result,
-            reason=reason,
-            decided_at=utc_now(),
-        )
+        finding = kind(approval_id=approval_id, reviewer=reviewer, decided_at=utc_now(), **fields)
         record = await store.get(approval_id)
         if record is None:
             raise ApprovalNotFound(f"no approval {approval_id[:80]!r}", approval_id=approval_id)
         _owned(executor, record)
-        record = await store.resolve(approval_id, resolution)
+        if isinstance(finding, Resolution):
+            record = await store.resolve(approval_id, finding)
+        else:
+            record = await store.decide(approval_id, finding)
     except (ApprovalNotFound, ApprovalConflict, ToolUsageError) as exc:
         if isinstance(exc, ApprovalConflict):
             logs.event(
                 logs.WARNING,
-                "resolution refused",
+                refused,
                 approval_id=approval_id,
                 error_kind=exc.kind,
                 reviewer=reviewer,
             )
         return error_reply(exc)
     except ValueError:
-        return error_reply(ToolUsageError("malformed resolution"))
+        return error_reply(ToolUsageError(f"malformed {noun}"))
     logs.event(
         logs.INFO,
-        "unknown outcome resolved",
+        recorded,
         tool=record.tool,
         approval_id=approval_id,
         state=record.state,
-        resolution=record.resolution,
+        resolution=record.resolution if kind is Resolution else None,
         reviewer=reviewer,
     )
     return 200, record.model_dump(mode="json", exclude_none=True)

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from stream_adapter import kafka_clients
 from stream_adapter.approvals import ApprovalRecord, fingerprint
 from stream_adapter.broker.local import free_port
+from stream_adapter.chaos.observe import read_topic
 from stream_adapter.ids import derive_ids
 from stream_adapter.settings import Settings
 from stream_adapter.signing import DecisionKeys, new_keys_spec
@@ -388,33 +389,9 @@ async def bound_signature(
 
 
 async def read_all(where: Settings | str, topic: str, *, timeout_s: float = 10.0) -> list[Any]:
-    """Every message in topic up to its end offsets at the time of the call."""
-    settings = connection(where)
-    consumer = await kafka_clients.start(settings, kafka_clients.consumer(settings))
-    out: list[Any] = []
-    try:
-        partitions = consumer.partitions_for_topic(topic) or set()
-        if not partitions:
-            await consumer._client.force_metadata_update()
-            partitions = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-
-        async def at_end() -> bool:
-            for tp in tps:
-                if await consumer.position(tp) < ends[tp]:
-                    batches = await consumer.getmany(timeout_ms=200)
-                    for messages in batches.values():
-                        out.extend(messages)
-                    return False
-            return True
-
-        await wait_for(at_end, timeout_s=timeout_s, what=f"the end of {topic}", interval_s=0)
-    finally:
-        await consumer.stop()
-    return out
+    """Every message in topic up to its end offsets at the time of the call (`read_topic`,
+    read uncommitted), from given settings or a plaintext bootstrap address."""
+    return await read_topic(connection(where), topic, timeout_s=timeout_s)
 
 
 async def group_lag(where: Settings | str, group: str, topic: str) -> int:

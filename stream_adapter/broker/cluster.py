@@ -14,11 +14,10 @@ import contextlib
 import logging
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
@@ -35,7 +34,6 @@ REPLICATION = 3
 MIN_INSYNC = 2
 _POLL_S = 0.5
 _ATTEMPTS = 10
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +201,7 @@ def start(config: ClusterConfig, *, timeout_s: float = 180.0) -> str:
     if failed:
         stop(config, kill=True)
         raise BrokerError(f"the cluster did not start: {failed[0]}") from failed[0]
-    if not _blocking(lambda: wait_registered(config, timeout_s=timeout_s)):
+    if not local.run_blocking(lambda: wait_registered(config, timeout_s=timeout_s)):
         stop(config, kill=True)
         raise BrokerError(f"not all {len(config.ports)} nodes registered within {timeout_s:.0f}s")
     return config.bootstrap
@@ -235,7 +233,7 @@ def status(config: ClusterConfig) -> ClusterStatus:
     registered: list[int] = []
     live = [s.bootstrap for _, s in nodes if s.answers]
     if live:
-        registered = _blocking(lambda: _registered(",".join(live)))
+        registered = local.run_blocking(lambda: _registered(",".join(live)))
     return ClusterStatus(nodes, sorted(registered))
 
 
@@ -321,13 +319,3 @@ async def wait_in_sync(bootstrap: str, node_id: int, *, timeout_s: float) -> boo
                 return True
         await asyncio.sleep(_POLL_S)
     return False
-
-
-def _blocking(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """asyncio.run(work()), on a helper thread when the caller already runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(work())
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, work()).result()

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from stream_adapter.errors import BrokerError
 
@@ -33,6 +33,7 @@ KAFKA_VERSION = "4.4.0"
 DEFAULT_HOME = Path(".kafka")
 _POLL_S = 0.2
 PORT_RANGE_ENV = "STREAM_ADAPTER_FREE_PORTS"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,13 +303,14 @@ def answers(bootstrap: str, timeout_s: float = 3.0, **options: Any) -> bool:
                 await admin.close()
 
     try:
-        return _run_blocking(probe)
+        return run_blocking(probe)
     finally:
         quiet.setLevel(level)
 
 
-def _run_blocking(work: Callable[[], Coroutine[Any, Any, bool]]) -> bool:
-    """asyncio.run(work()), on a helper thread when the caller already runs a loop."""
+def run_blocking(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """asyncio.run(work()), on a helper thread when the caller already runs a loop (the broker
+    commands are synchronous, and chaos and tests call them from inside one)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

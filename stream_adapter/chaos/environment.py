@@ -15,22 +15,14 @@ from stream_adapter.stream.topics import create_topics
 
 def run_settings(bootstrap: str, workdir: Path, prefix: str, **changes: Any) -> Settings:
     """Settings with a unique app id and topic names, so runs never see each other's messages."""
-    app_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
     base: dict[str, Any] = {
         "broker": bootstrap,
-        "app_id": app_id,
-        "calls_topic": f"{app_id}-calls",
-        "replies_topic": f"{app_id}-replies",
-        "decisions_topic": f"{app_id}-decisions",
-        "approvals_topic": f"{app_id}-approvals",
-        "dlq_topic": f"{app_id}-dlq",
         "data_dir": str(workdir / "data"),
         "web_port": free_port(),
         "log_level": "info",
         "decision_keys": new_keys_spec("chaos"),  # workers refuse unsigned decisions
     }
-    base.update(changes)
-    return Settings.model_validate(base)
+    return Settings.for_app(f"{prefix}-{uuid.uuid4().hex[:8]}", **{**base, **changes})
 
 
 async def create_run_topics(settings: Settings) -> None:

@@ -128,9 +128,15 @@ class ReplyReader:
 async def read_topic(
     settings: Settings, topic: str, *, read_committed: bool = False, timeout_s: float = 60.0
 ) -> list[Any]:
-    """Every message of topic up to its end offsets at the time of the call."""
-    consumer = _consumer(settings, read_committed=read_committed)
-    await consumer.start()
+    """Every message of topic up to its end offsets at the time of the call.
+
+    TimeoutError when the end is not reached within timeout_s: a partial read never passes
+    for a whole one. A read_committed reader may stop short of the end (a trailing commit
+    marker it never returns): it stops once IDLE_POLLS polls in a row bring nothing.
+    """
+    consumer = await kafka_clients.start(
+        settings, _consumer(settings, read_committed=read_committed)
+    )
     out: list[Any] = []
     try:
         tps = await _partitions(consumer, topic)
@@ -139,20 +145,22 @@ async def read_topic(
         ends = await consumer.end_offsets(tps)
         deadline = time.monotonic() + timeout_s
         idle = 0
-        while time.monotonic() < deadline:
-            positions = [await consumer.position(tp) for tp in tps]
-            if all(pos >= ends[tp] for pos, tp in zip(positions, tps, strict=True)):
-                break
+        while not all([await consumer.position(tp) >= ends[tp] for tp in tps]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic} not read to its end within {timeout_s:g}s")
             batches = await consumer.getmany(timeout_ms=300)
             for messages in batches.values():
                 out.extend(messages)
-            # A read_committed reader may stop short of the end (a trailing commit marker).
             idle = 0 if batches else idle + 1
-            if idle >= 5:
+            if read_committed and idle >= IDLE_POLLS:
                 break
     finally:
         await consumer.stop()
     return out
+
+
+IDLE_POLLS = 5
+"""Empty polls after which a read_committed `read_topic` takes what it has as the whole."""
 
 
 async def group_lag(settings: Settings, group: str, topics: Iterable[str]) -> int:

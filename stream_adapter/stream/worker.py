@@ -3,35 +3,18 @@
 from __future__ import annotations
 
 import gc
-import importlib
 from typing import Any
 
-from stream_adapter.errors import BrokerError
 from stream_adapter.settings import Settings
 
 
-def load_topology(settings: Settings) -> Any:
-    """Import the topology module named by the settings and return its `app`."""
-    try:
-        module = importlib.import_module(settings.topology)
-    except ImportError as exc:
-        raise BrokerError(f"cannot import topology {settings.topology!r}: {exc}") from exc
-    app = getattr(module, "app", None)
-    if app is None:
-        raise BrokerError(f"topology {settings.topology!r} has no `app`")
-    return app
-
-
-def run_worker(settings: Settings) -> None:
-    """Run the worker until SIGTERM or SIGINT; in-flight calls finish before the last commit."""
+def run_worker(settings: Settings, app: Any) -> None:
+    """Run app, the topology's (`cli.load_topology` imported it with these settings), until
+    SIGTERM or SIGINT; in-flight calls finish before the last commit."""
     from stream_adapter.logs import configure_logging
     from stream_adapter.stream.engine.worker import run
 
-    # The topology module reads its settings with Settings(): pass CLI overrides on (secrets
-    # in memory only, never in os.environ where tools would inherit them).
-    settings.export()
     settings.tables_dir.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
-    app = load_topology(settings)
 
     def before() -> None:
         configure_logging(settings.log_level, settings.log_format)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import inspect
 
+import grimp
+
 import stream_adapter
 
 CORE_MODULES = [
@@ -163,3 +165,26 @@ def test_no_broker_imports_in_the_core() -> None:
         source = inspect.getsource(importlib.import_module(f"stream_adapter.{module_name}"))
         for banned in ("import faust", "import aiokafka", "from faust", "from aiokafka"):
             assert banned not in source, (module_name, banned)
+
+
+def test_the_settings_import_nothing_that_imports_them_back() -> None:
+    """Every part of the package reads the settings: nothing they import may import them."""
+    graph = grimp.build_graph("stream_adapter")
+    upstream = graph.find_upstream_modules("stream_adapter.settings")
+    cycles = {
+        module: graph.find_shortest_chain(importer=module, imported="stream_adapter.settings")
+        for module in upstream
+    }
+    assert {module: chain for module, chain in cycles.items() if chain} == {}
+
+
+def test_approvals_still_names_the_retention_default_and_the_stores() -> None:
+    """docs/core.md: the stores are importable from `approvals` too."""
+    from stream_adapter import approvals, settings, stores
+
+    assert approvals.DEFAULT_SETTLED_RETENTION_S == 14 * 86400.0
+    assert settings.Settings.model_fields["settled_retention_s"].default == (
+        approvals.DEFAULT_SETTLED_RETENTION_S
+    )
+    assert approvals.MemoryApprovalStore is stores.MemoryApprovalStore
+    assert approvals.SQLiteApprovalStore is stores.SQLiteApprovalStore

@@ -1,6 +1,9 @@
-"""The local broker's port and cluster-id choices (no broker needed)."""
+"""The local broker's port and cluster-id choices and its blocking helper (no broker needed)."""
 
 from __future__ import annotations
+
+import asyncio
+import threading
 
 from stream_adapter.broker import local
 
@@ -17,3 +20,18 @@ def test_cluster_ids_never_read_as_an_option() -> None:
     assert len(ids) == 3000
     assert not any(i.startswith("-") for i in ids)
     assert all(len(i) == 22 for i in ids)
+
+
+def test_run_blocking_runs_a_coroutine_with_or_without_a_running_loop() -> None:
+    """The broker commands are synchronous: inside a loop their work runs on a helper thread."""
+    caller = threading.get_ident()
+
+    async def where() -> tuple[str, bool]:
+        return "done", threading.get_ident() == caller
+
+    assert local.run_blocking(where) == ("done", True)
+
+    async def inside_a_loop() -> tuple[str, bool]:
+        return local.run_blocking(where)
+
+    assert asyncio.run(inside_a_loop()) == ("done", False)

@@ -138,6 +138,15 @@ def test_a_topology_that_cannot_load_is_a_config_error(command: str) -> None:
     assert line.startswith("Error (ConfigError): cannot import topology 'no.such.module'")
 
 
+def test_a_topology_without_an_app_is_a_config_error_not_a_broker_one() -> None:
+    """The worker refuses a topology it cannot run before it asks any broker (none listens)."""
+    nobody = f"127.0.0.1:{free_port()}"
+    ran = run("worker", "--topology", "tests.topologies", "--broker", nobody)
+    assert ran.code == ExitCode.CONFIG, ran
+    line = one_error_line(ran.err)
+    assert line == "Error (ConfigError): topology 'tests.topologies' has no `app`", line
+
+
 @pytest.mark.parametrize(
     "command",
     [

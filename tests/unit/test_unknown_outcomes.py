@@ -28,6 +28,7 @@ from stream_adapter.approvals import (
     run_limit_s,
     settled_reply,
 )
+from stream_adapter.backend import Backend
 from stream_adapter.envelope import parse_envelope
 from stream_adapter.errors import ApprovalConflict, ToolUsageError
 from stream_adapter.stream.metrics import unknown_outcomes
@@ -140,6 +141,20 @@ async def test_a_host_runs_a_call_a_person_says_did_not_run_once_more_only() -> 
     assert status == 409  # done: nothing more to resolve
     missing, problem = await resolve_outcome(ex, "nope", reviewer="bob", ran=True)
     assert missing == 404 and problem["kind"] == "ApprovalNotFound"
+
+
+async def test_resolve_outcome_takes_the_backend_like_record_decision() -> None:
+    """Both reviewer entry points accept an Executor or the Backend holding it."""
+    runs: list[str] = []
+    ex = executor(MemoryApprovalStore(), runs, idempotent=False)
+    approval_id = await died_while_running(ex, ex.store)  # type: ignore[arg-type]
+    await handle_envelope(ex, {"approval_id": approval_id})  # → unknown
+    status, problem = await resolve_outcome(Backend(ex), approval_id, reviewer="", ran=True)
+    assert status == 400 and problem["kind"] == "ToolUsageError"
+    assert problem["detail"] == "malformed resolution"
+    status, body = await resolve_outcome(Backend(ex), approval_id, reviewer="bob", ran=True)
+    assert status == 200 and body["state"] == "done" and body["resolved_by"] == "bob"
+    assert runs == []
 
 
 async def test_a_host_waits_for_a_run_that_may_still_be_going() -> None:
