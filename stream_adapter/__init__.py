@@ -1,4 +1,9 @@
-"""stream-adapter: run AI-agent tool calls from Kafka, with approvals and crash-safe commits."""
+"""stream-adapter: run AI-agent tool calls from Kafka, with approvals and crash-safe commits.
+
+The names of `__all__` are the library's API (docs/contract.md §14). `Settings`, `build_app`
+(it brings Faust and the Kafka client), the shared stores, `SqsDeadLetters` and `create_app`
+load on first use, so `import stream_adapter` stays light.
+"""
 
 from typing import TYPE_CHECKING, Any
 
@@ -56,12 +61,14 @@ from stream_adapter.tools import CallContext, Tool, ToolNames, ToolRegistry, cur
 
 if TYPE_CHECKING:
     from stream_adapter.http import create_app
+    from stream_adapter.settings import Settings
     from stream_adapter.sqs_dead_letters import SqsDeadLetters
     from stream_adapter.stores import (
         DynamoDBApprovalStore,
         RedisApprovalStore,
         SQLApprovalStore,
     )
+    from stream_adapter.stream.app import build_app
 
 __all__ = [
     "MAX_ENVELOPE_BYTES",
@@ -99,6 +106,7 @@ __all__ = [
     "Runner",
     "SQLApprovalStore",
     "SQLiteApprovalStore",
+    "Settings",
     "SqsDeadLetters",
     "TlsFailed",
     "TooManyPending",
@@ -109,6 +117,7 @@ __all__ = [
     "ToolRegistry",
     "ToolTimeout",
     "ToolUsageError",
+    "build_app",
     "build_backend",
     "configure_logging",
     "create_app",
@@ -131,7 +140,16 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The shared stores and the HTTP server load on first use: their extras stay optional."""
+    """The shared stores and the HTTP server load on first use, so their extras stay optional;
+    the settings and the Kafka topology too, so importing the package stays quick."""
+    if name == "Settings":
+        from stream_adapter.settings import Settings
+
+        return Settings
+    if name == "build_app":
+        from stream_adapter.stream.app import build_app
+
+        return build_app
     if name in ("DynamoDBApprovalStore", "RedisApprovalStore", "SQLApprovalStore"):
         from stream_adapter import stores
 

@@ -14,6 +14,10 @@
     ├── TooManyPending           yes  429 (the source has MAX_PENDING_PER_SOURCE waiting)
     ├── ToolTimeout              yes  504
     ├── ToolFailed               the tool says (500, or the tool's own status)
+    ├── Unauthenticated          no   401 (no credential, or one that names nobody current)
+    ├── Forbidden                no   403 (a bad CSRF token, or a request the holder may not make)
+    ├── TooManyFailures          no   429 (too many failed credentials from one address)
+    ├── TokenChecksBusy          yes  503 (more tokens wait to be checked than are queued)
     └── BrokerError              yes  503 (the broker cannot be reached, started or set up)
         ├── AuthenticationFailed no   the cluster refused the SASL credentials
         ├── TlsFailed            no   the TLS handshake failed (e.g. an untrusted certificate)
@@ -35,14 +39,18 @@ __all__ = [
     "AuthenticationFailed",
     "BrokerError",
     "CodecUnavailable",
+    "Forbidden",
     "NotAuthorized",
     "RecordTooLarge",
     "TlsFailed",
+    "TokenChecksBusy",
+    "TooManyFailures",
     "TooManyPending",
     "ToolFailed",
     "ToolNotFound",
     "ToolTimeout",
     "ToolUsageError",
+    "Unauthenticated",
     "error_reply",
     "problem",
 ]
@@ -209,6 +217,42 @@ class CodecUnavailable(BrokerError):
 
     title = "Compression codec unavailable"
     retryable = False
+
+
+class Unauthenticated(AdapterError):
+    """No credential, or one that does not name a current reviewer."""
+
+    title = "Authentication required"
+    status = 401
+
+
+class Forbidden(AdapterError):
+    """A form without a valid CSRF token (or a request the credential may not make)."""
+
+    title = "Forbidden"
+    status = 403
+
+
+class TooManyFailures(AdapterError):
+    """Too many failed credentials from one client address: wait, then try again."""
+
+    title = "Too many failed sign-ins"
+    status = 429
+
+    def __init__(self, retry_after_s: float, *, first: bool = False) -> None:
+        super().__init__("too many failed sign-ins from this address; try again later")
+        self.retry_after_s = retry_after_s
+        self.first = first
+        """True for the first refusal since the address reached the limit (log it once)."""
+
+
+class TokenChecksBusy(AdapterError):
+    """More tokens wait to be checked than the service queues: try again shortly."""
+
+    title = "Too many sign-ins at once"
+    status = 503
+    retryable = True
+    retry_after_s = 1.0
 
 
 def problem(exc: BaseException) -> dict[str, Any]:

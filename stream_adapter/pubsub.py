@@ -15,8 +15,7 @@ from typing import Any
 import jwt
 
 from stream_adapter import logs
-from stream_adapter.errors import BrokerError
-from stream_adapter.review.auth import Forbidden, Unauthenticated
+from stream_adapter.errors import BrokerError, Forbidden, Unauthenticated
 
 __all__ = ["GOOGLE_ISSUERS", "GOOGLE_JWKS_URL", "PushVerifier"]
 

@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -36,21 +35,23 @@ from stream_adapter.envelope import MAX_ENVELOPE_BYTES, MAX_ID_CHARS, parse_enve
 from stream_adapter.errors import (
     AdapterError,
     ApprovalNotFound,
+    TokenChecksBusy,
     ToolFailed,
     ToolUsageError,
+    TooManyFailures,
+    Unauthenticated,
     problem,
 )
 from stream_adapter.executor import Executor
 from stream_adapter.handler import handle_envelope, park_once, record_decision, resolve_outcome
 from stream_adapter.http.credentials import BearerTokens, bearer_token
 from stream_adapter.replies import Reply, ok_reply
-from stream_adapter.review.auth import (
-    FailureLimiter,
-    ReviewersFile,
-    TokenChecks,
-    TokenChecksBusy,
-    TooManyFailures,
-    Unauthenticated,
+from stream_adapter.review.auth import FailureLimiter, ReviewersFile, TokenChecks
+from stream_adapter.review.bodies import (
+    DecisionRequest,
+    ResolutionRequest,
+    read_decision,
+    read_resolution,
 )
 from stream_adapter.review.policy import ToolRoles, check_may_decide
 from stream_adapter.tools import ToolNames, allow_list
@@ -66,25 +67,6 @@ REALM = 'Bearer realm="stream-adapter tools"'
 Role = Literal["caller", "reviewer"]
 Handler = Callable[[Request, str], Awaitable[Response]]
 Credentials = BearerTokens | ReviewersFile | str | os.PathLike[str]
-
-
-class _DecisionBody(BaseModel):
-    """A reviewer's verdict; the reviewer's name comes from the token, never from here."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    approved: bool
-    reason: str | None = Field(default=None, max_length=4096)
-
-
-class _ResolutionBody(BaseModel):
-    """A reviewer's finding about an unknown outcome: did the call run (and with what)?"""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    ran: bool
-    result: Any = None
-    reason: str | None = Field(default=None, max_length=4096)
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -236,7 +218,7 @@ class ToolServer:
         return _record_json(await self._record(approval_id))
 
     async def decide(
-        self, approval_id: str, reviewer: str, body: _DecisionBody
+        self, approval_id: str, reviewer: str, body: DecisionRequest
     ) -> tuple[int, dict[str, Any]]:
         """record_decision as reviewer: 200 record, 404, 409; 403 on one's own call or a
         tool whose role the reviewer lacks."""
@@ -251,7 +233,7 @@ class ToolServer:
         )
 
     async def resolve(
-        self, approval_id: str, reviewer: str, body: _ResolutionBody
+        self, approval_id: str, reviewer: str, body: ResolutionRequest
     ) -> tuple[int, dict[str, Any]]:
         """resolve_outcome as reviewer: 200 record, 404, 409; 403 on one's own call or a
         tool whose role the reviewer lacks."""
@@ -386,24 +368,13 @@ def _routes(server: ToolServer) -> list[Route]:
 
     async def decide(request: Request, reviewer: str) -> Response:
         raw = await _body(request, MAX_DECISION_BODY_BYTES)
-        try:
-            body = _DecisionBody.model_validate_json(raw)
-        except ValidationError:
-            raise ToolUsageError(
-                'the body is {"approved": bool, "reason"?: str}; the reviewer comes from the token'
-            ) from None
+        body = read_decision(raw)
         status, answer = await server.decide(request.path_params["approval_id"], reviewer, body)
         return _answer(status, answer)
 
     async def resolve(request: Request, reviewer: str) -> Response:
         raw = await _body(request, MAX_ENVELOPE_BYTES)
-        try:
-            body = _ResolutionBody.model_validate_json(raw)
-        except ValidationError:
-            raise ToolUsageError(
-                'the body is {"ran": bool, "result"?: any, "reason"?: str}; '
-                "the reviewer comes from the token"
-            ) from None
+        body = read_resolution(raw)
         status, answer = await server.resolve(request.path_params["approval_id"], reviewer, body)
         return _answer(status, answer)
 

@@ -30,7 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from stream_adapter.approvals import utc_now
-from stream_adapter.errors import AdapterError, ToolUsageError
+from stream_adapter.errors import Forbidden as Forbidden
+from stream_adapter.errors import TokenChecksBusy as TokenChecksBusy
+from stream_adapter.errors import ToolUsageError
+from stream_adapter.errors import TooManyFailures as TooManyFailures
+from stream_adapter.errors import Unauthenticated as Unauthenticated
 
 TOKEN_PREFIX = "sa1"
 TOKEN_RE = re.compile(r"sa1\.[0-9a-f]{8,32}\.[A-Za-z0-9_-]{32,86}")
@@ -39,20 +43,6 @@ before it is hashed."""
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 SCRYPT = {"n": 2**14, "r": 8, "p": 1}
 _SCRYPT_MAXMEM = 64 * 1024 * 1024
-
-
-class Unauthenticated(AdapterError):
-    """No credential, or one that does not name a current reviewer."""
-
-    title = "Authentication required"
-    status = 401
-
-
-class Forbidden(AdapterError):
-    """A form without a valid CSRF token (or a request the credential may not make)."""
-
-    title = "Forbidden"
-    status = 403
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,28 +217,6 @@ class Session:
     token_id: str
     sid: str
     expires: int
-
-
-class TooManyFailures(AdapterError):
-    """Too many failed credentials from one client address: wait, then try again."""
-
-    title = "Too many failed sign-ins"
-    status = 429
-
-    def __init__(self, retry_after_s: float, *, first: bool = False) -> None:
-        super().__init__("too many failed sign-ins from this address; try again later")
-        self.retry_after_s = retry_after_s
-        self.first = first
-        """True for the first refusal since the address reached the limit (log it once)."""
-
-
-class TokenChecksBusy(AdapterError):
-    """More tokens wait to be checked than the service queues: try again shortly."""
-
-    title = "Too many sign-ins at once"
-    status = 503
-    retryable = True
-    retry_after_s = 1.0
 
 
 class TokenChecks:

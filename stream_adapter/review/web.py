@@ -1,303 +1,46 @@
-"""The review service's routes: the page (session cookie + CSRF) and the JSON API (bearer tokens).
+"""The review service's routes: the approvals board and each approval's page (session cookie +
+CSRF) and the JSON API (bearer tokens).
 
-Every route but `/healthz` (for load balancers; it says only "ok") is authenticated. A request
-without a valid credential gets 401: API routes a problem object with `WWW-Authenticate: Bearer`,
-page routes the login form (so `/login` itself answers 401 until a token is given). The
-reviewer's name always comes from the credential. Failed tokens (bearer or form) are logged with
-the client's address, never the token, and an address with too many of them gets 429 for a while.
+How requests authenticate, and the login form, are in `signin`; the security headers every
+response carries in `csp`; `build_app` puts them all together.
 """
 
 from __future__ import annotations
 
 import re
-import secrets
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from yarl import URL
 
-from stream_adapter import logs
 from stream_adapter._json import JSONError, loads
 from stream_adapter.approvals import ApprovalRecord, ApprovalState
-from stream_adapter.errors import (
-    AdapterError,
-    ApprovalNotFound,
-    ToolUsageError,
-    problem,
-)
+from stream_adapter.errors import AdapterError, ApprovalNotFound, Forbidden, ToolUsageError
 from stream_adapter.review import pages
-from stream_adapter.review.auth import (
-    FailureLimiter,
-    Forbidden,
-    Reviewer,
-    ReviewersFile,
-    Session,
-    Sessions,
-    TokenChecks,
-    TokenChecksBusy,
-    TooManyFailures,
-    Unauthenticated,
+from stream_adapter.review.auth import Session
+from stream_adapter.review.bodies import read_decision, read_resolution
+from stream_adapter.review.context import (
+    REVIEWER,
+    SERVICE,
+    SESSION,
+    ReviewService,
+    auth,
+    html,
+    redirect,
+    service_of,
 )
-from stream_adapter.review.catalog import Catalog
-from stream_adapter.review.decide import Decider
+from stream_adapter.review.csp import NONCE, security_headers
 from stream_adapter.review.listing import page_of
-from stream_adapter.review.policy import ToolRoles, check_may_decide
-from stream_adapter.review.view import ApprovalsView, record_json
+from stream_adapter.review.policy import check_may_decide
+from stream_adapter.review.signin import authenticate, login, login_form, sign_out
+from stream_adapter.review.view import record_json
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-AuthKind = Literal["api", "page", "login", "public"]
+__all__ = ["ReviewService", "build_app"]
 
-SESSION_COOKIE = "sa_session"
-LOGIN_COOKIE = "sa_login"
 LONG_POLL_S = 25.0
-REALM = 'Bearer realm="stream-adapter review"'
-_CSP = (
-    "default-src 'none'; script-src 'nonce-{n}'; style-src 'nonce-{n}'; connect-src 'self'; "
-    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
-
-
-@dataclass
-class ReviewService:
-    """What the routes need: the view, the decider, the reviewers and the session signer."""
-
-    view: ApprovalsView
-    decider: Decider
-    reviewers: ReviewersFile
-    sessions: Sessions
-    secure_cookies: bool = False
-    catalog: Catalog = field(default_factory=lambda: Catalog({}))
-    limiter: FailureLimiter = field(default_factory=FailureLimiter)
-    trust_forwarded: bool = False
-    """Take the client's address from X-Forwarded-For (set by a proxy in front), not the peer."""
-    tool_roles: ToolRoles = field(default_factory=dict)
-    """Roles one of which a tool's reviewers must have (REVIEW_TOOL_ROLES)."""
-    checks: TokenChecks = field(default_factory=TokenChecks)
-    """Where tokens are hashed: a few threads of their own, a bounded queue."""
-    proxy_warned: bool = False
-
-
-SERVICE = web.AppKey("service", ReviewService)
-NONCE = web.RequestKey("nonce", str)
-REVIEWER = web.RequestKey("reviewer", str)
-SESSION = web.RequestKey("session", Session)
-
-
-def auth(kind: AuthKind) -> Callable[[Handler], Handler]:
-    """Mark a handler with how its requests authenticate."""
-
-    def mark(handler: Handler) -> Handler:
-        handler.auth_kind = kind  # type: ignore[attr-defined]
-        return handler
-
-    return mark
-
-
-class DecisionRequest(BaseModel):
-    """The API's decision body; the reviewer is never part of it."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    approved: bool
-    reason: str | None = Field(default=None, max_length=4096)
-
-
-class ResolutionRequest(BaseModel):
-    """The API's resolution body for an unknown outcome; the reviewer is never part of it."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    ran: bool
-    result: Any = None
-    reason: str | None = Field(default=None, max_length=4096)
-
-
-# -- helpers ----------------------------------------------------------------------------------
-
-
-def _service(request: web.Request) -> ReviewService:
-    return request.app[SERVICE]
-
-
-def _problem_response(exc: AdapterError) -> web.Response:
-    body = problem(exc)
-    headers = {}
-    if exc.status == 401:
-        headers["WWW-Authenticate"] = REALM + (
-            ', error="invalid_token"' if "invalid" in exc.detail else ""
-        )
-    return web.json_response(
-        body, status=exc.status, headers=headers, content_type="application/problem+json"
-    )
-
-
-def _redirect(location: str) -> web.Response:
-    return web.Response(status=303, headers={"Location": location})
-
-
-def _html(text: str, status: int = 200) -> web.Response:
-    return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
-
-
-def _login_response(request: web.Request, *, error: str | None = None) -> web.Response:
-    """401 with the login form, and a fresh nonce cookie its CSRF token is bound to."""
-    service = _service(request)
-    nonce = secrets.token_urlsafe(16)
-    html = pages.login_page(service.sessions.login_csrf(nonce), request[NONCE], error=error)
-    response = _html(html, 401)
-    response.headers["WWW-Authenticate"] = REALM
-    response.set_cookie(
-        LOGIN_COOKIE,
-        nonce,
-        httponly=True,
-        samesite="Strict",
-        secure=service.secure_cookies,
-        max_age=3600,
-        path="/login",
-    )
-    return response
-
-
-def client_address(request: web.Request) -> str:
-    """The client's address: the peer, or the address the trusted proxy in front appended."""
-    if _service(request).trust_forwarded:
-        forwarded = request.headers.get("X-Forwarded-For", "")
-        last = forwarded.rsplit(",", 1)[-1].strip()
-        if last:
-            return last[:64]
-    return request.remote or "unknown"
-
-
-def warn_if_proxied(request: web.Request) -> None:
-    """Warn (once) when requests carry X-Forwarded-For but it is not trusted: every client
-    behind the proxy then shares its address, and a few bad tokens refuse them all."""
-    service = _service(request)
-    if service.trust_forwarded or service.proxy_warned:
-        return
-    if "X-Forwarded-For" in request.headers:
-        service.proxy_warned = True
-        logs.event(
-            logs.WARNING,
-            "review: requests come through a proxy (X-Forwarded-For) but "
-            "REVIEW_TRUST_FORWARDED is off: sign-in limits count every client behind it as one",
-            event="proxy_not_trusted",
-            client=request.remote or "unknown",
-        )
-
-
-async def _verify(request: web.Request, token: str, event: str) -> Reviewer:
-    """The reviewer a token belongs to. The attempt is counted against the client's address
-    before the token is hashed (so a concurrent burst cannot pass the limit) and forgiven when
-    it succeeds; a failure is logged with the address, never the token. TooManyFailures when
-    the address has failed too often, TokenChecksBusy when too many tokens wait."""
-    service = _service(request)
-    client = client_address(request)
-    try:
-        stamp = service.limiter.begin(client)
-    except TooManyFailures as exc:
-        if exc.first:
-            logs.event(
-                logs.WARNING,
-                "review: too many failed tokens; address refused for a while",
-                event="auth_rate_limited",
-                client=client,
-            )
-        raise
-    failed = False
-    try:
-        reviewer = await service.checks.verify(service.reviewers, token)
-    except Unauthenticated:
-        failed = True
-        message = "review: login failed" if event == "login_failed" else "review: token refused"
-        logs.event(logs.WARNING, message, event=event, client=client)
-        raise
-    finally:
-        if not failed:
-            service.limiter.succeeded(client, stamp)
-    return reviewer
-
-
-async def _bearer(request: web.Request) -> str:
-    """The reviewer named by the Authorization header's bearer token."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthenticated("a bearer token is required")
-    return (await _verify(request, token.strip(), "bearer_failed")).name
-
-
-def _session(request: web.Request) -> Session:
-    """The session of the request's cookie, if it still belongs to a current reviewer."""
-    service = _service(request)
-    cookie = request.cookies.get(SESSION_COOKIE)
-    if not cookie:
-        raise Unauthenticated("sign in first")
-    session = service.sessions.check(cookie)
-    reviewer = service.reviewers.by_token_id(session.token_id)
-    if reviewer is None or reviewer.name != session.name:
-        raise Unauthenticated("the session's reviewer is no longer allowed")
-    return session
-
-
-# -- middlewares ------------------------------------------------------------------------------
-
-
-@web.middleware
-async def security_headers(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A CSP nonce per response, no caching, no sniffing, no framing, no referrer."""
-    request[NONCE] = nonce = secrets.token_urlsafe(16)
-    try:
-        response = await handler(request)
-    except web.HTTPException as exc:
-        _harden(exc.headers, nonce)
-        raise
-    _harden(response.headers, nonce)
-    return response
-
-
-def _harden(headers: Any, nonce: str) -> None:
-    headers.setdefault("Content-Security-Policy", _CSP.format(n=nonce))
-    headers["X-Content-Type-Options"] = "nosniff"
-    headers["Referrer-Policy"] = "no-referrer"
-    headers["X-Frame-Options"] = "DENY"
-    headers["Cache-Control"] = "no-store"
-
-
-@web.middleware
-async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Require the credential the route's kind asks for; unknown paths need one too."""
-    route_handler = request.match_info.route.handler
-    kind: AuthKind | None = getattr(route_handler, "auth_kind", None)
-    if kind == "public":
-        return await handler(request)
-    warn_if_proxied(request)
-    api = request.path.startswith("/api/")
-    try:
-        if kind == "api" or (kind is None and api):
-            request[REVIEWER] = await _bearer(request)
-        elif kind == "page" or kind is None:
-            session = _session(request)
-            request[SESSION] = session
-            request[REVIEWER] = session.name
-    except (TooManyFailures, TokenChecksBusy) as exc:
-        response = _problem_response(exc)
-        response.headers["Retry-After"] = str(int(exc.retry_after_s + 0.999))
-        return response
-    except Unauthenticated as exc:
-        logs.event(logs.INFO, "review: unauthenticated request", path=request.path)
-        if kind == "api" or (kind is None and api):
-            return _problem_response(exc)
-        return _login_response(request)
-    try:
-        return await handler(request)
-    except AdapterError as exc:
-        if api:
-            return _problem_response(exc)
-        raise
 
 
 # -- page routes ------------------------------------------------------------------------------
@@ -307,11 +50,11 @@ def _page(
     request: web.Request, *, notice: str | None = None, alert: str | None = None, status: int = 200
 ) -> web.Response:
     """The board: one page of pending approvals (searched with `q`) and recent decisions."""
-    service = _service(request)
+    service = service_of(request)
     session: Session = request[SESSION]
     csrf = service.sessions.csrf_token(session)
     query, number = _board_query(request.query)
-    html = pages.main_page(
+    page = pages.main_page(
         session.name,
         csrf,
         request[NONCE],
@@ -322,7 +65,7 @@ def _page(
         notice=notice,
         alert=alert,
     )
-    return _html(html, status)
+    return html(page, status)
 
 
 def _board_query(query: Mapping[str, str]) -> tuple[str, int]:
@@ -400,15 +143,15 @@ def _approval_page(
     status: int = 200,
 ) -> web.Response:
     """An approval's own page, or 404 with a page that says so."""
-    service = _service(request)
+    service = service_of(request)
     session: Session = request[SESSION]
     csrf = service.sessions.csrf_token(session)
     record = service.view.get(approval_id)
     if record is None:
-        html = pages.missing_page(session.name, csrf, request[NONCE], approval_id)
-        return _html(html, 404)
+        page = pages.missing_page(session.name, csrf, request[NONCE], approval_id)
+        return html(page, 404)
     path = pages.approval_path(approval_id)
-    html = pages.approval_page(
+    page = pages.approval_page(
         session.name,
         csrf,
         request[NONCE],
@@ -419,7 +162,7 @@ def _approval_page(
         notice=notice,
         alert=alert,
     )
-    return _html(html, status)
+    return html(page, status)
 
 
 @auth("page")
@@ -442,7 +185,7 @@ async def live(request: web.Request) -> web.StreamResponse:
 
     With `approval=ID`, the part of that approval's page; else the board's (with `q`, `page`).
     """
-    service = _service(request)
+    service = service_of(request)
     try:
         since = int(request.query.get("since", "-1"))
     except ValueError:
@@ -454,10 +197,10 @@ async def live(request: web.Request) -> web.StreamResponse:
         record = service.view.get(approval_id)
         if record is None:
             raise web.HTTPNotFound(text="no such approval")
-        response = _html(_detail(service, record, csrf))
+        response = html(_detail(service, record, csrf))
     else:
         query, number = _board_query(request.query)
-        response = _html(_fragment(service, csrf, query, number))
+        response = html(_fragment(service, csrf, query, number))
     response.headers["X-View-Version"] = str(version)
     return response
 
@@ -503,7 +246,7 @@ async def _posted(request: web.Request) -> _Posted | web.Response:
     form = await request.post()
     approval_id = request.match_info["approval_id"]
     posted = _Posted(
-        request, _service(request), request[SESSION], form, approval_id, _back(form, approval_id)
+        request, service_of(request), request[SESSION], form, approval_id, _back(form, approval_id)
     )
     try:
         posted.service.sessions.check_csrf(posted.session, str(form.get("csrf", "")))
@@ -538,7 +281,7 @@ async def decide_form(request: web.Request) -> web.StreamResponse:
         if outcome.record is None
         else ("approved" if outcome.decision.approved else "denied")
     )
-    return _redirect(_with_notice(posted.back, word))
+    return redirect(_with_notice(posted.back, word))
 
 
 MAX_RESULT_BYTES = 16384
@@ -576,75 +319,19 @@ async def resolve_form(request: web.Request) -> web.StreamResponse:
     except AdapterError as exc:
         return again(f"Not resolved: {exc.detail}.", exc.status)
     word = "resolution_sent" if outcome.record is None else str(kind)
-    return _redirect(_with_notice(posted.back, word))
-
-
-@auth("login")
-async def login_form(request: web.Request) -> web.StreamResponse:
-    """The login form (401 until signed in); signed in, go to the page."""
-    try:
-        _session(request)
-    except Unauthenticated:
-        return _login_response(request)
-    return _redirect("/")
-
-
-@auth("login")
-async def login(request: web.Request) -> web.StreamResponse:
-    """Check a token (and the form's CSRF token), then set the signed session cookie."""
-    service = _service(request)
-    form = await request.post()
-    token = str(form.get("token", "")).strip()
-    if not token:
-        return _login_response(request, error="Enter your reviewer token.")
-    try:
-        service.sessions.check_login_csrf(
-            request.cookies.get(LOGIN_COOKIE, ""), str(form.get("csrf", ""))
-        )
-        reviewer = await _verify(request, token, "login_failed")
-    except Forbidden:
-        return _login_response(request, error="The form expired; sign in again.")
-    except (TooManyFailures, TokenChecksBusy) as exc:
-        busy = isinstance(exc, TokenChecksBusy)
-        error = "Too many sign-ins at once; try again in a moment."
-        response = _login_response(
-            request, error=error if busy else "Too many failed sign-ins; wait a minute."
-        )
-        response.set_status(exc.status)
-        response.headers["Retry-After"] = str(int(exc.retry_after_s + 0.999))
-        return response
-    except Unauthenticated:
-        return _login_response(request, error="That token is not valid.")
-    _, cookie = service.sessions.issue(reviewer)
-    response = _redirect("/")
-    response.set_cookie(
-        SESSION_COOKIE,
-        cookie,
-        httponly=True,
-        samesite="Strict",
-        secure=service.secure_cookies,
-        max_age=service.sessions.ttl_s,
-        path="/",
-    )
-    response.del_cookie(LOGIN_COOKIE, path="/login")
-    logs.event(logs.INFO, "review: signed in", reviewer=reviewer.name)
-    return response
+    return redirect(_with_notice(posted.back, word))
 
 
 @auth("page")
 async def logout(request: web.Request) -> web.StreamResponse:
     """Forget the session cookie (CSRF-checked, so another site cannot sign you out)."""
-    service = _service(request)
+    service = service_of(request)
     form = await request.post()
     try:
         service.sessions.check_csrf(request[SESSION], str(form.get("csrf", "")))
     except Forbidden as exc:
         return _page(request, alert=exc.detail, status=403)
-    service.sessions.revoke(request[SESSION])  # a copy of the old cookie no longer works
-    response = _redirect("/login")
-    response.del_cookie(SESSION_COOKIE, path="/", secure=service.secure_cookies)
-    logs.event(logs.INFO, "review: signed out", reviewer=request[REVIEWER])
-    return response
+    return sign_out(request)
 
 
 @auth("public")
@@ -666,7 +353,7 @@ async def api_list(request: web.Request) -> web.StreamResponse:
         raise ToolUsageError(
             f"state is one of {', '.join(s.value for s in ApprovalState)}"
         ) from None
-    records = _service(request).view.select(state)
+    records = service_of(request).view.select(state)
     return web.json_response({"approvals": [record_json(r) for r in records]})
 
 
@@ -674,7 +361,7 @@ async def api_list(request: web.Request) -> web.StreamResponse:
 async def api_get(request: web.Request) -> web.StreamResponse:
     """GET /api/approvals/{id}: one record."""
     approval_id = request.match_info["approval_id"]
-    record = _service(request).view.get(approval_id)
+    record = service_of(request).view.get(approval_id)
     if record is None:
         raise ApprovalNotFound("no such approval", approval_id=approval_id)
     return web.json_response(record_json(record))
@@ -684,13 +371,8 @@ async def api_get(request: web.Request) -> web.StreamResponse:
 async def api_decide(request: web.Request) -> web.StreamResponse:
     """POST /api/approvals/{id}/decision {"approved", "reason"?}: 200 decided, 202 sent, 409."""
     approval_id = request.match_info["approval_id"]
-    try:
-        body = DecisionRequest.model_validate_json(await request.read())
-    except ValidationError:
-        raise ToolUsageError(
-            'the body is {"approved": bool, "reason"?: str}; the reviewer comes from the token'
-        ) from None
-    service = _service(request)
+    body = read_decision(await request.read())
+    service = service_of(request)
     _may(service, approval_id, request[REVIEWER], "decide")
     outcome = await service.decider.decide(
         approval_id, approved=body.approved, reviewer=request[REVIEWER], reason=body.reason
@@ -706,16 +388,10 @@ async def api_resolve(request: web.Request) -> web.StreamResponse:
     """POST /api/approvals/{id}/resolution {"ran", "result"?, "reason"?}: an unknown outcome
     resolved: 200 shown by the table, 202 sent, 409 when its outcome is not unknown."""
     approval_id = request.match_info["approval_id"]
-    try:
-        body = ResolutionRequest.model_validate_json(await request.read())
-    except ValidationError:
-        raise ToolUsageError(
-            'the body is {"ran": bool, "result"?: any, "reason"?: str}; '
-            "the reviewer comes from the token"
-        ) from None
+    body = read_resolution(await request.read())
     if body.result is not None and not body.ran:
         raise ToolUsageError("a result goes with ran: true")
-    service = _service(request)
+    service = service_of(request)
     _may(service, approval_id, request[REVIEWER], "resolve")
     outcome = await service.decider.resolve(
         approval_id,

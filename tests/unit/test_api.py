@@ -27,6 +27,12 @@ CORE_MODULES = [
 ]
 # Public in their module, deliberately not re-exported at the top level.
 MODULE_LEVEL_ONLY = {
+    # The credential errors of the review service, the HTTP servers and PushVerifier: in the
+    # one hierarchy of errors.py, imported from there (or review.auth), not the package.
+    "Forbidden",
+    "TokenChecksBusy",
+    "TooManyFailures",
+    "Unauthenticated",
     "check_run_over",
     "run_limit_s",
     "DEBUG",

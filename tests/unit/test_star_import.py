@@ -68,3 +68,23 @@ def test_a_store_without_its_extra_says_what_to_install(package: str, store: str
     assert done.stdout.strip() == (
         f"{store} needs the {extra!r} extra: pip install 'stream-adapter[{extra}]'"
     )
+
+
+def test_settings_and_build_app_load_on_first_use() -> None:
+    """`import stream_adapter` brings in neither Faust, the Kafka client nor the settings;
+    `Settings` and `build_app` from the package are the modules' own."""
+    done = run_without(
+        [],
+        """
+        import sys
+        import stream_adapter
+        heavy = ("faust", "mode", "aiokafka", "pydantic_settings", "stream_adapter.stream")
+        print(sorted(m for m in heavy if m in sys.modules))
+        from stream_adapter import Settings, build_app
+        from stream_adapter.settings import Settings as settings_class
+        from stream_adapter.stream.app import build_app as app_builder
+        print(Settings is settings_class, build_app is app_builder, "faust" in sys.modules)
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "True True True"]
