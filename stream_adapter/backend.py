@@ -2,7 +2,7 @@
 
 ``build_backend(store=...)`` builds it from the configured topology (its ``build_executor``
 and ``TOOLS``), or from a registry you pass. Handlers take ``backend.executor``;
-``record_decision`` takes the backend itself as well.
+``record_decision`` and ``resolve_outcome`` take the backend itself as well.
 """
 
 from __future__ import annotations
