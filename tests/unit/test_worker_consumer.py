@@ -106,3 +106,33 @@ async def test_overlapping_seeks_resume_held_partitions_once_the_last_has_ended(
     await recovery
     assert consumer._seeking.is_set()
     assert resumed[-1] == {calls}
+
+
+async def test_acks_of_a_revoked_partition_do_not_count_until_it_is_assigned_again(
+    tmp_path: Path,
+) -> None:
+    """Faust forgets a revoked partition's committed offset: an ack counted then would let a
+    commit pass an earlier record still unhandled, or move its next owner's commit."""
+    from faust.types import TP
+    from faust.types.tuples import Message
+
+    settings, app = _app("worker-revoked-acks", tmp_path)
+    consumer = app.consumer
+    topic = settings.calls_topic
+    kept, other = TP(topic, 0), TP(topic, 1)
+    app.topics._acking_topics.add(topic)
+
+    def message(tp: TP, offset: int) -> Message:
+        return Message(topic, tp.partition, offset, 0.0, 0, [], b"k", b"{}", None, tp=tp)
+
+    await consumer.on_partitions_revoked({kept, other})
+    late = [message(kept, 8), message(other, 3)]
+    consumer.track(late[0])
+    assert consumer.ack(late[0]) is False
+    consumer.ack_all([late[1]])
+    assert all(m.acked for m in late) and late[0] not in consumer.unacked
+    assert kept not in consumer._acked and other not in consumer._acked
+    await consumer.on_partitions_assigned({kept})
+    assert consumer.ack(message(kept, 9)) is True
+    consumer.ack_all([message(other, 4)])  # still someone else's
+    assert list(consumer._acked[kept]) == [9] and other not in consumer._acked

@@ -85,8 +85,8 @@ class Claim:
     suspended: str = ""
     """Why only finishing writes go through now ("" when every write does)."""
     check: Any = None
-    """Called before each write: raises OwnershipLost while the worker's membership is in
-    doubt."""
+    """Called with the partition before each write: raises OwnershipLost while the worker's
+    membership is in doubt."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def write(self, records: Sequence[Write], *, finishing: bool = False) -> list[Any]:
@@ -94,7 +94,7 @@ class Claim:
         when the partition changed hands since this claim was made, or, unless finishing
         (the outcome of a run already started), while it is suspended (nothing was written)."""
         if self.check is not None:
-            self.check()  # unconfirmed, nothing goes through, not even an outcome
+            self.check(self.partition)  # unconfirmed, nothing goes through, not even an outcome
         async with self.lock:
             if self.lost:
                 raise OwnershipLost(self.partition, "released")
@@ -146,13 +146,14 @@ class PartitionClaims:
         confirmed = max(self._confirmed_at, heartbeat or 0.0)
         return time.monotonic() - confirmed
 
-    def check_membership(self) -> None:
-        """Before a write: when the membership went unconfirmed past the limit, suspend every
-        claim until the next assignment, ask the group to rejoin, and raise OwnershipLost."""
+    def check_membership(self, partition: int) -> None:
+        """Before a write of partition: when the membership went unconfirmed past the limit,
+        suspend every claim until the next assignment, ask the group to rejoin, and raise
+        OwnershipLost."""
         if not self._claims:
             return
         if any(c.suspended == UNCONFIRMED for c in self._claims.values()):
-            raise OwnershipLost(min(self._claims), UNCONFIRMED)
+            raise OwnershipLost(partition, UNCONFIRMED)
         unconfirmed_s = self._unconfirmed_s()
         limit_s = UNCONFIRMED_SHARE * float(self._app.conf.broker_session_timeout)
         if unconfirmed_s <= limit_s:
@@ -168,7 +169,7 @@ class PartitionClaims:
         )
         with contextlib.suppress(Exception):
             self._app.consumer.request_rejoin()
-        raise OwnershipLost(min(self._claims), UNCONFIRMED)
+        raise OwnershipLost(partition, UNCONFIRMED)
 
     def on_revoked(self, revoked: Iterable[Any]) -> None:
         """A rebalance takes revoked away until the next assignment: their claims write only

@@ -149,6 +149,8 @@ class FastConsumer(faust_aiokafka.Consumer):
         self.restore: BulkRestore | None = None
         """Where table changelog records go in bulk (engine/restore.py); None: Faust's path."""
         self._held = StreamHold()
+        self._revoked: set[Any] = set()
+        """Partitions revoked and not assigned here again: their acks are not recorded."""
 
     def _new_consumer_thread(self) -> LoopConsumerThread:
         return LoopConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -158,6 +160,17 @@ class FastConsumer(faust_aiokafka.Consumer):
         track_message minus its per-record monitor call, several µs of no use here)."""
         self._unacked_messages.add(message)
 
+    def ack(self, message: Any) -> bool:
+        """Faust's ack, except for a message of a partition revoked from this worker: Faust
+        has forgotten that partition's committed offset by then, so its acked offsets would
+        commit past records still unhandled (or handed back), or move another owner's
+        commit. Such a message is done here; whoever owns its partition reads it again."""
+        if message.tp in self._revoked:
+            message.acked = True
+            self._unacked_messages.discard(message)
+            return False
+        return bool(super().ack(message))
+
     def ack_all(self, messages: list[Any]) -> None:
         """Faust's ack for many untracked messages of one topic, under one lock."""
         if not messages or not self.app.topics.acks_enabled_for(messages[0].topic):
@@ -166,11 +179,14 @@ class FastConsumer(faust_aiokafka.Consumer):
             acked_count = 0
             last_tp: Any = None
             committed, acked_index, acked = None, set(), []
+            revoked = self._revoked
             for message in messages:
                 if message.acked:
                     continue
                 message.acked = True
                 tp, offset = message.tp, message.offset
+                if revoked and tp in revoked:
+                    continue
                 if tp is not last_tp:  # a batch's messages come in runs of one partition
                     last_tp = tp
                     committed = self._committed_offset[tp]
@@ -379,6 +395,7 @@ class FastConsumer(faust_aiokafka.Consumer):
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         """Faust's; stream partitions then wait for the recovery's seek (`resume_partitions`)."""
+        self._revoked.difference_update(assigned)
         self._held.assigned()
         app: Any = self.app
         app.assignments = getattr(app, "assignments", 0) + 1  # a topic may be new since
@@ -443,16 +460,21 @@ class FastConsumer(faust_aiokafka.Consumer):
             return bool(await super().commit(*args, **kwargs))
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
-        """Exactly once: finish the running jobs and commit their offsets first.
+        """Exactly once: finish the running jobs and commit their offsets first. Then no
+        ack of the revoked partitions counts until they are assigned here again.
 
         Faust forgets the acked offsets of revoked partitions and only then waits for the
         running jobs and commits: their replies would be committed without their offsets,
-        and answered again by the next owner (commits/transactions.py).
+        and answered again by the next owner (commits/transactions.py). At least once, a job
+        acked while Faust waits would commit with no committed offset to hold it back, past
+        an earlier record not yet handled; its message is read again instead.
         """
         eos = getattr(self.app, "commit_gate", None) is not None
         if eos and not self.app.should_stop and self.assignment():
             self.stop_flow()
             await self.wait_empty()
+        if not self.app.should_stop:  # stopping, the in-flight jobs end and commit first
+            self._revoked.update(revoked)
         await super().on_partitions_revoked(revoked)
         for tp in revoked:
             self._expected.pop(tp, None)
