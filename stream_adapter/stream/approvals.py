@@ -698,6 +698,7 @@ class ApprovalFlow:
                         run_id=record.run_id,
                         call_id=record.call_id,
                         approval_id=record.approval_id,
+                        gate=None if claim is None else claim.ensure_current,
                     )
                 except AdapterError as exc:
                     reply, error = error_reply_body(exc, tool=record.tool, **ids), exc

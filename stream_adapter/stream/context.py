@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,10 +68,13 @@ class FlowContext:
         call_id: str,
         approval_id: str | None = None,
         failed: AdapterError | None = None,
+        gate: Callable[[], None] | None = None,
     ) -> tuple[Reply, AdapterError | None, int]:
         """Run a call with in-place retries; the terminal reply, the error if any, attempts.
 
         failed: the error of a first attempt made already (stream/inline.py).
+        gate: called before each attempt starts, once it holds a tool slot; what it raises
+        ends the run unstarted (an approved run whose partition was lost meanwhile).
         """
 
         metrics = self.metrics
@@ -93,6 +97,8 @@ class FlowContext:
 
             async def run_once() -> Any:
                 async with self.tool_slots:
+                    if gate is not None:
+                        gate()
                     return await self.executor.run_tool(
                         tool, arguments, run_id=run_id, call_id=call_id, approval_id=approval_id
                     )

@@ -7,6 +7,7 @@ have); the group's assignment is handed to them as Faust's rebalance callback wo
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
@@ -151,8 +152,11 @@ async def test_a_revoked_claim_writes_only_outcomes_until_assigned_again(
     worker.on_revoked(assigned)  # an eager rebalance begins
     with pytest.raises(OwnershipLost, match="revoked"):
         await claim.write(_write(settings, b"new run"))
+    with pytest.raises(OwnershipLost, match="revoked"):  # nor may a marked run's tool start
+        claim.ensure_current()
     await claim.write(_write(settings, b"outcome"), finishing=True)
     await worker.on_assigned(assigned, generation=2)  # kept
+    claim.ensure_current()
     await claim.write(_write(settings, b"after"))
     assert _committed_values(settings, 0) == [b"outcome", b"after"]
 
@@ -167,6 +171,8 @@ async def test_an_unconfirmed_membership_suspends_every_write_and_asks_to_rejoin
     await claim.write(_write(settings, b"before"))
     time.sleep(0.6 * SESSION_TIMEOUT_S)  # noqa: ASYNC251 - the loop stands still, as when paused
     with pytest.raises(OwnershipLost, match="membership unconfirmed"):
+        claim.ensure_current()  # a tool marked running before the pause does not start
+    with pytest.raises(OwnershipLost, match="membership unconfirmed"):
         await claim.write(_write(settings, b"outcome"), finishing=True)
     worker.on_revoked(assigned)  # the rebalance it asked for
     with pytest.raises(OwnershipLost, match="membership unconfirmed"):  # not even an outcome
@@ -175,3 +181,18 @@ async def test_an_unconfirmed_membership_suspends_every_write_and_asks_to_rejoin
     await worker.on_assigned(assigned, generation=2)  # still a member: kept
     await claim.write(_write(settings, b"after"))
     assert _committed_values(settings, 0) == [b"before", b"after"]
+
+
+async def test_writes_that_come_together_commit_together_in_order(
+    settings: Settings, claims: Callable[[], PartitionClaims]
+) -> None:
+    worker = claims()
+    await worker.on_assigned([TopicPartition(TOPIC, 0)], generation=1)
+    claim = await worker.claim(0)
+    values = [b"v%d" % i for i in range(20)]
+    written = await asyncio.gather(*(claim.write(_write(settings, v)) for v in values))
+    assert [len(w) for w in written] == [1] * 20
+    offsets = [w[0].offset for w in written]
+    assert offsets == sorted(offsets)
+    assert claim.transactions < 20  # batched, not one transaction each
+    assert _committed_values(settings, 0) == values

@@ -88,41 +88,100 @@ class Claim:
     """Called with the partition before each write: raises OwnershipLost while the worker's
     membership is in doubt."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while a batch of writes commits (a release waits for it)."""
+    queued: list[tuple[Sequence[Write], asyncio.Future[list[Any]]]] = field(default_factory=list)
+    flusher: asyncio.Future[None] | None = None
+    transactions: int = 0
+    """Transactions committed through this claim."""
+
+    def ensure_current(self) -> None:
+        """Raise OwnershipLost unless new work may start under this claim now: not lost,
+        not suspended, the worker's membership confirmed (no I/O: a check right before a
+        tool starts, after its `running` mark and its wait for a slot)."""
+        if self.check is not None:
+            self.check(self.partition)
+        if self.lost:
+            raise OwnershipLost(self.partition, "released")
+        if self.suspended:
+            raise OwnershipLost(self.partition, self.suspended)
 
     async def write(self, records: Sequence[Write], *, finishing: bool = False) -> list[Any]:
-        """Write records in one transaction; their metadata once committed. OwnershipLost
+        """Write records in a transaction; their metadata once committed. OwnershipLost
         when the partition changed hands since this claim was made, or, unless finishing
-        (the outcome of a run already started), while it is suspended (nothing was written)."""
+        (the outcome of a run already started), while it is suspended (nothing was written).
+
+        Writes that come while a transaction is committing go together in the next one (a
+        group commit): back to back, each would wait for the previous one's markers.
+        """
         if self.check is not None:
             self.check(self.partition)  # unconfirmed, nothing goes through, not even an outcome
+        if self.lost:
+            raise OwnershipLost(self.partition, "released")
+        if self.suspended and (not finishing or self.suspended == UNCONFIRMED):
+            raise OwnershipLost(self.partition, self.suspended)
+        written: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self.queued.append((records, written))
+        if self.flusher is None or self.flusher.done():
+            self.flusher = asyncio.ensure_future(self._flush())
+        return await written
+
+    async def _flush(self) -> None:
+        """Commit the queued writes, a transaction per batch, until none is left."""
         async with self.lock:
-            if self.lost:
-                raise OwnershipLost(self.partition, "released")
-            if self.suspended and (not finishing or self.suspended == UNCONFIRMED):
-                raise OwnershipLost(self.partition, self.suspended)
-            producer = self.producer
-            try:
-                await producer.begin_transaction()
-                sent = [
-                    await producer.send(
-                        r.topic, r.value, key=r.key, partition=r.partition, headers=r.headers
-                    )
-                    for r in records
-                ]
-                await producer.commit_transaction()
-                return [await future for future in sent]
-            except FENCED as exc:
+            while self.queued:
+                batch, self.queued = self.queued, []
+                try:
+                    metadata = await self._commit([r for records, _ in batch for r in records])
+                except BaseException as exc:
+                    for _, written in batch:
+                        if not written.done():
+                            written.set_exception(_again(exc))
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                first = 0
+                for records, written in batch:
+                    if not written.done():
+                        written.set_result(metadata[first : first + len(records)])
+                    first += len(records)
+
+    async def _commit(self, records: Sequence[Write]) -> list[Any]:
+        if self.lost:
+            raise OwnershipLost(self.partition, "released")
+        producer = self.producer
+        try:
+            await producer.begin_transaction()
+            sent = [
+                await producer.send(
+                    r.topic, r.value, key=r.key, partition=r.partition, headers=r.headers
+                )
+                for r in records
+            ]
+            await producer.commit_transaction()
+            self.transactions += 1
+            return [await future for future in sent]
+        except FENCED as exc:
+            self.lost = True
+            raise OwnershipLost(self.partition, type(exc).__name__) from exc
+        except BaseException:
+            manager = producer._txn_manager
+            if manager.state == TransactionState.FATAL_ERROR:
                 self.lost = True
-                raise OwnershipLost(self.partition, type(exc).__name__) from exc
-            except BaseException:
-                manager = producer._txn_manager
-                if manager.state == TransactionState.FATAL_ERROR:
-                    self.lost = True
-                    raise OwnershipLost(self.partition, "producer failed") from None
-                if manager.is_in_transaction():
-                    with contextlib.suppress(Exception):
-                        await producer.abort_transaction()
-                raise
+                raise OwnershipLost(self.partition, "producer failed") from None
+            if manager.is_in_transaction():
+                with contextlib.suppress(Exception):
+                    await producer.abort_transaction()
+            raise
+
+
+def _again(exc: BaseException) -> BaseException:
+    """What each writer of a failed batch raises: an OwnershipLost of its own (several tasks
+    raising one instance would share its traceback), else the exception itself."""
+    if isinstance(exc, OwnershipLost):
+        return OwnershipLost(exc.partition, exc.reason)
+    if isinstance(exc, asyncio.CancelledError):
+        return asyncio.CancelledError()
+    return exc
 
 
 class PartitionClaims:
