@@ -3,6 +3,7 @@ written for."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from types import SimpleNamespace
@@ -88,19 +89,27 @@ def test_an_app_on_another_faust_is_refused_before_it_is_built(
         App("refused-app")
 
 
-async def test_a_good_heartbeat_answer_is_timed_and_a_failed_one_is_not() -> None:
-    answers = iter([False, True, False])
+async def test_a_good_heartbeat_is_timed_from_its_request_and_a_failed_one_is_not() -> None:
+    answers = iter([False, True, False, True])
+    answered = asyncio.Event()
 
     async def own(coordinator: object) -> bool:
+        await answered.wait()  # the answer is read later, as after a pause
         return next(answers)
 
     heartbeat = heartbeats.stamped_heartbeat(own)
     coordinator = SimpleNamespace()
+    answered.set()
     assert await heartbeat(coordinator) is False
     assert heartbeats.last_heartbeat(coordinator) is None
+    answered.clear()
     before = time.monotonic()
-    assert await heartbeat(coordinator) is True
+    beat = asyncio.ensure_future(heartbeat(coordinator))
+    await asyncio.sleep(0.05)
+    read_at = time.monotonic()
+    answered.set()
+    assert await beat is True
     stamped = heartbeats.last_heartbeat(coordinator)
-    assert stamped is not None and before <= stamped <= time.monotonic()
+    assert stamped is not None and before <= stamped < read_at
     assert await heartbeat(coordinator) is False
     assert heartbeats.last_heartbeat(coordinator) == stamped

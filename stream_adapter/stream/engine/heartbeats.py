@@ -13,24 +13,27 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 ATTRIBUTE = "_stream_adapter_heartbeat_at"
-"""The coordinator's attribute holding the monotonic time of its last good heartbeat."""
+"""The coordinator's attribute: the monotonic time its last good heartbeat was sent."""
 
 
 def stamped_heartbeat(
     own: Callable[[Any], Awaitable[bool]],
 ) -> Callable[[Any], Awaitable[bool]]:
-    """aiokafka's heartbeat, noting the time of each answer that keeps the member in the group
-    (aiokafka's own `True`: no error, or a rebalance under way that this member may join)."""
+    """aiokafka's heartbeat, noting for each answer that keeps the member in the group
+    (aiokafka's own `True`: no error, or a rebalance under way that this member may join)
+    when its request was sent: the membership held then. An answer read only after a pause
+    says nothing of the pause."""
 
     async def _do_heartbeat(self: Any) -> bool:
+        sent_at = time.monotonic()
         ok = await own(self)
         if ok:
-            setattr(self, ATTRIBUTE, time.monotonic())
+            setattr(self, ATTRIBUTE, max(sent_at, getattr(self, ATTRIBUTE, 0.0)))
         return ok
 
     return _do_heartbeat
 
 
 def last_heartbeat(coordinator: Any) -> float | None:
-    """The monotonic time of coordinator's last good heartbeat, None before the first."""
+    """When coordinator's last good heartbeat was sent (monotonic), None before the first."""
     return getattr(coordinator, ATTRIBUTE, None)
