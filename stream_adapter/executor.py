@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -85,10 +85,13 @@ class Executor:
         run_id: str,
         call_id: str,
         approval_id: str | None = None,
+        gate: Callable[[], None] | None = None,
     ) -> Any:
         """Validate, run within the tool's timeout, and return a JSON-safe result.
 
         Raises ToolUsageError (422), ToolTimeout, ToolFailed or the tool's own AdapterError.
+        gate: called right before the tool's own code starts (in its thread for a sync tool);
+        what it raises propagates unchanged and the tool does not run.
         """
         kwargs = tool.validate(arguments)
         ctx = CallContext(tool.name, run_id, call_id, approval_id)
@@ -97,13 +100,19 @@ class Executor:
         token = _current.set(ctx)
         try:
             if tool.timeout_s is None and tool.is_async:
+                if gate is not None:
+                    _pass(gate)
                 result = await tool.fn(**kwargs)  # no timeout to arm: skip its machinery
             else:
                 async with asyncio.timeout(tool.timeout_s):
                     if tool.is_async:
+                        if gate is not None:
+                            _pass(gate)
                         result = await tool.fn(**kwargs)
                     else:
-                        result = await self._in_thread(tool, kwargs)
+                        result = await self._in_thread(tool, kwargs, gate)
+        except _GateClosed as closed:
+            raise closed.reason from None
         except BaseException as exc:
             error = _call_error(exc, tool, run_id, call_id, approval_id)
             if error is exc:
@@ -150,9 +159,12 @@ class Executor:
         _check_result(result, tool, run_id, call_id, None)
         return result
 
-    async def _in_thread(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
+    async def _in_thread(
+        self, tool: Tool, kwargs: dict[str, Any], gate: Callable[[], None] | None = None
+    ) -> Any:
         """Run a sync tool on the pool; past the timeout its result is discarded."""
-        call = functools.partial(contextvars.copy_context().run, tool.fn, **kwargs)
+        fn = tool.fn if gate is None else functools.partial(_gated, gate, tool.fn)
+        call = functools.partial(contextvars.copy_context().run, fn, **kwargs)
         ctx = _current.get(None)
         ids = {"run_id": ctx.run_id, "call_id": ctx.call_id} if ctx is not None else {}
         return await self.threads.run(tool.name, call, **ids)
@@ -160,6 +172,28 @@ class Executor:
     def close(self) -> None:
         """Release the thread pool without waiting for tools stuck past their timeout."""
         self.threads.close()
+
+
+class _GateClosed(Exception):
+    """A run's gate refused to let its tool start (carries what the gate raised)."""
+
+    def __init__(self, reason: BaseException) -> None:
+        super().__init__(str(reason))
+        self.reason = reason
+
+
+def _pass(gate: Callable[[], None]) -> None:
+    """Call gate; what it raises comes out as _GateClosed (never taken for the tool's)."""
+    try:
+        gate()
+    except Exception as exc:
+        raise _GateClosed(exc) from None
+
+
+def _gated(gate: Callable[[], None], fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """fn(**kwargs) once gate() lets it start, in the thread that runs it."""
+    _pass(gate)
+    return fn(**kwargs)
 
 
 def _cancelled(exc: BaseException) -> bool:

@@ -206,7 +206,13 @@ async def _run_claimed(
     """Run a claimed approval and finish its record with the terminal reply."""
     ids = {"run_id": record.run_id, "call_id": record.call_id, "approval_id": record.approval_id}
     try:
-        result = await executor.run_tool(tool, record.arguments, **ids)
+        result = await executor.run_tool(
+            tool,
+            record.arguments,
+            run_id=record.run_id,
+            call_id=record.call_id,
+            approval_id=record.approval_id,
+        )
     except AdapterError as exc:
         exc.retryable = False  # the decision is used: this approval never runs again
         await _finish(store, record, error_reply_body(exc, tool=tool.name, **ids))

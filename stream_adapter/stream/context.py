@@ -73,8 +73,8 @@ class FlowContext:
         """Run a call with in-place retries; the terminal reply, the error if any, attempts.
 
         failed: the error of a first attempt made already (stream/inline.py).
-        gate: called before each attempt starts, once it holds a tool slot; what it raises
-        ends the run unstarted (an approved run whose partition was lost meanwhile).
+        gate: called right before each attempt's tool code starts (Executor.run_tool); what
+        it raises ends the run unstarted (an approved run whose partition was lost meanwhile).
         """
 
         metrics = self.metrics
@@ -97,10 +97,13 @@ class FlowContext:
 
             async def run_once() -> Any:
                 async with self.tool_slots:
-                    if gate is not None:
-                        gate()
                     return await self.executor.run_tool(
-                        tool, arguments, run_id=run_id, call_id=call_id, approval_id=approval_id
+                        tool,
+                        arguments,
+                        run_id=run_id,
+                        call_id=call_id,
+                        approval_id=approval_id,
+                        gate=gate,
                     )
 
             outcome = await attempt(run_once, self.policy, on_retry=on_retry, failed=failed)

@@ -87,6 +87,8 @@ class Claim:
     check: Any = None
     """Called with the partition before each write: raises OwnershipLost while the worker's
     membership is in doubt."""
+    confirmed: Any = None
+    """Whether the worker's membership is confirmed now (no side effects)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while a batch of writes commits (a release waits for it)."""
     queued: list[tuple[Sequence[Write], asyncio.Future[list[Any]]]] = field(default_factory=list)
@@ -96,10 +98,11 @@ class Claim:
 
     def ensure_current(self) -> None:
         """Raise OwnershipLost unless new work may start under this claim now: not lost,
-        not suspended, the worker's membership confirmed (no I/O: a check right before a
-        tool starts, after its `running` mark and its wait for a slot)."""
-        if self.check is not None:
-            self.check(self.partition)
+        not suspended, the worker's membership confirmed. A check right before a tool's code
+        starts, in its thread for a sync tool: no I/O and no side effects (the next write
+        suspends the claims)."""
+        if self.confirmed is not None and not self.confirmed():
+            raise OwnershipLost(self.partition, UNCONFIRMED)
         if self.lost:
             raise OwnershipLost(self.partition, "released")
         if self.suspended:
@@ -205,6 +208,12 @@ class PartitionClaims:
         confirmed = max(self._confirmed_at, heartbeat or 0.0)
         return time.monotonic() - confirmed
 
+    def membership_confirmed(self) -> bool:
+        """Whether the group confirmed this worker a member within the limit (no side
+        effects: safe from a tool's thread)."""
+        limit_s = UNCONFIRMED_SHARE * float(self._app.conf.broker_session_timeout)
+        return self._unconfirmed_s() <= limit_s
+
     def check_membership(self, partition: int) -> None:
         """Before a write of partition: when the membership went unconfirmed past the limit,
         suspend every claim until the next assignment, ask the group to rejoin, and raise
@@ -299,7 +308,13 @@ class PartitionClaims:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(producer.stop(), STOP_TIMEOUT_S)
                 raise
-            claim = Claim(partition, tid, producer, check=self.check_membership)
+            claim = Claim(
+                partition,
+                tid,
+                producer,
+                check=self.check_membership,
+                confirmed=self.membership_confirmed,
+            )
             self._claims[partition] = claim
             return claim
 
