@@ -79,10 +79,12 @@ __all__ = [
 
 MAX_DECISION_BYTES = 64 * 1024
 
-MAX_RUNS = 3
+MAX_RUNS = 5
 """How many times an approved call of an idempotent tool may be started in all. A call whose
 runs keep dying with the worker stops being retried and becomes `unknown` for a person to
-resolve, so it cannot hold a worker in a crash loop."""
+resolve, so it cannot hold a worker in a crash loop. A run whose worker lost the partition
+meanwhile (a pause, a network partition) counts too, its outcome discarded: five leaves room
+for those beside a crash or two."""
 
 
 class ApprovalState(StrEnum):
