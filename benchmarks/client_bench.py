@@ -136,15 +136,18 @@ class Drained(httpx2.AsyncByteStream):
 
     def __init__(self, stream: httpx2.AsyncByteStream) -> None:
         self.stream = stream
+        self.ended = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self.stream:
             yield chunk
+        self.ended = True
 
     async def aclose(self) -> None:
-        with anyio.move_on_after(1):  # the server ends a call's event stream with its result
-            async for _ in self.stream:
-                pass
+        if not self.ended:
+            with anyio.move_on_after(1):  # the server ends a call's event stream after its result
+                async for _ in self.stream:
+                    pass
         await self.stream.aclose()
 
 
