@@ -13,6 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiokafka.errors import KafkaError
+
+from stream_adapter import kafka_clients
 from stream_adapter.client import ToolClient
 from stream_adapter.connectivity import RETRY_EVERY_S, BrokerChange, log_change, watching
 from stream_adapter.envelope import parse_envelope
@@ -70,27 +73,30 @@ async def call(
     cannot be reached at the start is the one error raised instead).
     TopicMissing before anything is produced when the calls or replies topic does not exist.
     """
-    async with (
-        ToolClient(settings, watch_broker=False) as client,
-        watching(settings, report=on_broker, check_every_s=RETRY_EVERY_S),
-    ):
-        handle = await client.send(
-            body["tool"],
-            body["arguments"],
-            run_id=body.get("run_id"),
-            call_id=body.get("call_id"),
-            key=key,
-            derive_ids=True,
-        )
-        async with handle:
-            sent = handle.sent
-            result = CallResult(sent.message_id, sent.run_id, sent.call_id)
-            if on_sent is not None:
-                on_sent(result)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait_s):
-                    async for reply in handle:
-                        result.replies.append(reply)
-                        if on_reply is not None:
-                            on_reply(reply)
-        return result
+    try:
+        async with (
+            ToolClient(settings, watch_broker=False) as client,
+            watching(settings, report=on_broker, check_every_s=RETRY_EVERY_S),
+        ):
+            handle = await client.send(
+                body["tool"],
+                body["arguments"],
+                run_id=body.get("run_id"),
+                call_id=body.get("call_id"),
+                key=key,
+                derive_ids=True,
+            )
+            async with handle:
+                sent = handle.sent
+                result = CallResult(sent.message_id, sent.run_id, sent.call_id)
+                if on_sent is not None:
+                    on_sent(result)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait_s):
+                        async for reply in handle:
+                            result.replies.append(reply)
+                            if on_reply is not None:
+                                on_reply(reply)
+            return result
+    except KafkaError as exc:  # an ACL refusal once connected, as every command says it
+        raise kafka_clients.kafka_error(exc, "use the cluster") from None
