@@ -6,14 +6,17 @@ calls from call to final reply:
 - `client`: `ToolClient.call`, many concurrent calls over one producer and one reply reader;
 - `aiokafka`: what an agent writes by hand: one producer, one consumer assigned to every
   partition of the replies topic from its end, a future per call_id;
-- `mcp-stdio`, `mcp-http`: `tools/call` through `stream-adapter mcp` (a process) with the MCP
-  SDK's client, one call at a time, against `client` one call at a time in the same rounds.
+- `stdio`, `http`: `tools/call` through `stream-adapter mcp` (a process) with the MCP SDK's
+  client, one call at a time, alternating call by call with `client` one call at a time.
+  The `http` client keeps its connection, as a client reading each response to its end does;
+  `http-reconnect` is the Python SDK's client as it is: it closes each event stream before
+  the end, so its HTTP client drops the connection and opens a new one for the next call.
 
 The paths alternate within each round (their order rotating from round to round); the figures
 are the median over rounds of each round's p50, p99 and calls/s.
 
 Run: ``python benchmarks/client_bench.py [--broker 127.0.0.1:9092] [--rounds 5]
-[--calls 200] [--concurrency 1,10,100] [--mcp-calls 100]``.
+[--calls 200] [--concurrency 1,10,100] [--mcp stdio,http] [--mcp-calls 100]``.
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import anyio
+import httpx2
 import orjson
 from aiokafka.structs import TopicPartition
 
@@ -114,6 +119,53 @@ async def timed(call: Call, calls: int, concurrency: int) -> tuple[list[float], 
     return latencies, calls / (time.perf_counter() - began)
 
 
+async def alternating(calls: dict[str, Call], n: int) -> dict[str, tuple[list[float], float]]:
+    """n calls of each path, one at a time, the paths taking turns call by call: a moment of
+    load on the machine falls on all of them alike. Latencies (ms) and calls/s of each."""
+    latencies: dict[str, list[float]] = {name: [] for name in calls}
+    for i in range(n):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            await call(i)
+            latencies[name].append((time.perf_counter() - start) * 1000)
+    return {name: (lat, 1000 * n / sum(lat)) for name, lat in latencies.items()}
+
+
+class Drained(httpx2.AsyncByteStream):
+    """A response body read to its end before it is closed, so its connection is kept."""
+
+    def __init__(self, stream: httpx2.AsyncByteStream) -> None:
+        self.stream = stream
+        self.ended = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.stream:
+            yield chunk
+        self.ended = True
+
+    async def aclose(self) -> None:
+        if not self.ended:
+            with anyio.move_on_after(1):  # the server ends a call's event stream after its result
+                async for _ in self.stream:
+                    pass
+        await self.stream.aclose()
+
+
+class KeepAlive(httpx2.AsyncBaseTransport):
+    """HTTP keeping its connections across calls, as a client reading responses to the end."""
+
+    def __init__(self) -> None:
+        self.inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        response.stream = Drained(response.stream)  # type: ignore[arg-type]
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 class McpSession:
     """One MCP client session with `stream-adapter mcp` over stdio or streamable HTTP."""
 
@@ -153,7 +205,12 @@ class McpSession:
         self.stack.callback(self.process.kill)
         await wait_for_line(self.workdir / "mcp-http.log", "mcp server listening on", self.process)
         headers = {"Authorization": f"Bearer {token}"}
-        http = await self.stack.enter_async_context(create_mcp_http_client(headers=headers))
+        if self.transport == "http-reconnect":
+            http = create_mcp_http_client(headers=headers)
+        else:
+            timeout = httpx2.Timeout(30, read=300)  # the SDK client's
+            http = httpx2.AsyncClient(headers=headers, timeout=timeout, transport=KeepAlive())
+        await self.stack.enter_async_context(http)
         url = f"http://127.0.0.1:{port}/mcp"
         return await self.stack.enter_async_context(streamable_http_client(url, http_client=http))
 
@@ -250,13 +307,12 @@ async def run_rounds(args: argparse.Namespace, settings: Settings, workdir: Path
                     results.setdefault((name, level), []).append(
                         await timed(paths[name], args.calls, level)
                     )
-            mcp_order = ["client", *mcp]
-            mcp_order = mcp_order[r % len(mcp_order) :] + mcp_order[: r % len(mcp_order)]
-            for name in mcp_order if mcp else ():
-                call = paths["client"] if name == "client" else mcp[name].call
-                results.setdefault((f"1-by-1 {name}", 1), []).append(
-                    await timed(call, args.mcp_calls, 1)
-                )
+            if mcp:
+                order = ["client", *mcp]
+                order = order[r % len(order) :] + order[: r % len(order)]
+                calls = {n: paths["client"] if n == "client" else mcp[n].call for n in order}
+                for name, timing in (await alternating(calls, args.mcp_calls)).items():
+                    results.setdefault((f"1-by-1 {name}", 1), []).append(timing)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     finally:
         for session in reversed(mcp.values()):  # anyio: the last entered leaves first
@@ -314,7 +370,9 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200, help="calls per path per round")
     parser.add_argument("--concurrency", default="1,10,100")
-    parser.add_argument("--mcp", default="stdio,http", help="MCP transports to time ('' none)")
+    parser.add_argument(
+        "--mcp", default="stdio,http", help="MCP paths: stdio,http,http-reconnect ('' none)"
+    )
     parser.add_argument("--mcp-calls", type=int, default=100)
     parser.add_argument(
         "--guarantee", default="at_least_once", choices=["at_least_once", "exactly_once"]

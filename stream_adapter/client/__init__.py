@@ -1,7 +1,7 @@
 """The agent's side: call tools over Kafka and wait for their replies.
 
 `ToolClient` (async) and `SyncToolClient` share one producer and one reply reader among all
-calls in flight; docs/client.md shows them, the MCP server and the framework helpers.
+calls in flight; docs/agents.md shows them, the MCP server and the framework helpers.
 """
 
 from stream_adapter.client.calls import CallHandle, ReplyTimeout, SentCall

@@ -154,35 +154,76 @@ class ToolClient:
         call_id: str | None = None,
         key: bytes | None = None,
         headers: Mapping[str, bytes] | None = None,
+        derive_ids: bool = False,
     ) -> CallHandle:
         """Produce one call and return the handle that follows its replies.
 
-        The ids are fresh unless given; the Kafka key is the run_id unless given. A call the
-        worker would refuse as malformed is a ToolUsageError here, before anything is sent.
+        The ids are fresh unless given; the Kafka key is the run_id unless given. With
+        derive_ids the ids not given are left out, and the worker derives them from the call's
+        delivery id (as for a call any Kafka client writes): the replies partition is known only
+        once the call is written, so it is then read from a little before (as `follow` does).
+        A call the worker would refuse as malformed is a ToolUsageError here, before anything
+        is sent.
         """
+        if derive_ids and (run_id is None or call_id is None):
+            return await self._send_derived(tool, arguments, run_id, call_id, key, headers)
         run_id = run_id if run_id is not None else fresh_id("run_")
         call_id = call_id if call_id is not None else fresh_id("call_")
         body = {"tool": tool, "arguments": dict(arguments), "run_id": run_id, "call_id": call_id}
         parse_envelope(body)  # the worker would answer an error: say it before sending
         reader = self.reader
-        assert self._producer is not None
         watch = await reader.watch(run_id, call_id)
         sent_at_ms = time.time_ns() // 1_000_000
+        try:
+            message_id = await self._produce(
+                body, key if key is not None else run_id.encode(), headers
+            )
+        except BaseException:
+            reader.unwatch(watch)
+            raise
+        return CallHandle(SentCall(tool, run_id, call_id, message_id, sent_at_ms), reader, watch)
+
+    async def _send_derived(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        run_id: str | None,
+        call_id: str | None,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+    ) -> CallHandle:
+        """`send` of a call whose missing ids the worker derives from its delivery id."""
+        from stream_adapter.stream.topics import topic_scope
+
+        body: dict[str, Any] = {"tool": tool, "arguments": dict(arguments)}
+        body.update({k: v for k, v in (("run_id", run_id), ("call_id", call_id)) if v})
+        parse_envelope(body)  # the worker would answer an error: say it before sending
+        self.reader  # noqa: B018 - not started: say so before anything is sent
+        sent_at_ms = time.time_ns() // 1_000_000
+        if key is None and run_id is not None:
+            key = run_id.encode()
+        message_id = await self._produce(body, key, headers)
+        scope = await topic_scope(self.settings, self.settings.calls_topic)
+        settings = self.settings
+        ids = parse_envelope(body, message_id=message_id, source=settings.source, scope=scope)
+        return await self.follow(SentCall(tool, ids.run_id, ids.call_id, message_id, sent_at_ms))
+
+    async def _produce(
+        self, body: dict[str, Any], key: bytes | None, headers: Mapping[str, bytes] | None
+    ) -> str:
+        """Write body to the calls topic; its delivery id (`topic:partition:offset`)."""
+        assert self._producer is not None
         extra = [(k, v) for k, v in (headers or {}).items()]
         try:
             meta = await self._producer.send_and_wait(
                 self.settings.calls_topic,
                 orjson.dumps(body),
-                key=key if key is not None else run_id.encode(),
+                key=key,
                 headers=[*self._headers, *extra] or None,
             )
-        except BaseException as exc:
-            reader.unwatch(watch)
-            if isinstance(exc, KafkaError):
-                raise kafka_clients.kafka_error(exc, f"write {self.settings.calls_topic}") from None
-            raise
-        message_id = kafka_message_id(self.settings.calls_topic, meta.partition, meta.offset)
-        return CallHandle(SentCall(tool, run_id, call_id, message_id, sent_at_ms), reader, watch)
+        except KafkaError as exc:
+            raise kafka_clients.kafka_error(exc, f"write {self.settings.calls_topic}") from None
+        return kafka_message_id(self.settings.calls_topic, meta.partition, meta.offset)
 
     async def follow(self, sent: SentCall, *, since_ms: int | None = None) -> CallHandle:
         """A handle on a call sent earlier, by this process or one before it.

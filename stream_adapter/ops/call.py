@@ -1,29 +1,26 @@
 """`stream-adapter call`: produce one envelope and follow its replies (request-reply over Kafka).
 
-The reply consumer is positioned at the end of every partition of the replies topic *before*
-the call is produced, so no reply can slip past it. Replies are matched by run_id and
-call_id: the ids the worker derives from the produced message's delivery id, computed here
-with the same function (or the ids the caller gave).
+The call goes through a ToolClient. Ids not given are left for the worker to derive from the
+produced message's delivery id, computed here with the same function; the client then reads
+the call's replies partition from a little before the call was sent, so no reply slips past.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from aiokafka.errors import KafkaError
 
 from stream_adapter import kafka_clients
+from stream_adapter.client import ToolClient
 from stream_adapter.connectivity import RETRY_EVERY_S, BrokerChange, log_change, watching
 from stream_adapter.envelope import parse_envelope
-from stream_adapter.ids import kafka_message_id
-from stream_adapter.ops.topic import consumer, partitions, producer, started
 from stream_adapter.replies import Reply
 from stream_adapter.settings import Settings
-from stream_adapter.stream.topics import topic_scope
 
 PENDING = "pending_approval"
 
@@ -68,55 +65,38 @@ async def call(
     on_reply: Callable[[Reply], None] | None = None,
     on_broker: Callable[[BrokerChange], None] = log_change,
 ) -> CallResult:
-    """Produce body to the calls topic; collect its replies until a final one or wait_s.
+    """Produce body to the calls topic through a ToolClient; collect its replies until a final
+    one or wait_s.
 
     on_broker hears when the broker becomes unreachable and reachable again once the call is
     under way (connectivity.py; checked every few seconds, as the call is short; a broker that
     cannot be reached at the start is the one error raised instead).
     TopicMissing before anything is produced when the calls or replies topic does not exist.
     """
-    async with (
-        started(consumer(settings), settings) as replies,
-        watching(settings, report=on_broker, check_every_s=RETRY_EVERY_S),
-    ):
-        tps = await partitions(replies, settings.replies_topic)
-        await partitions(replies, settings.calls_topic)  # else the producer waits 40 s for it
-        replies.assign(tps)
-        await replies.seek_to_end(*tps)
-        for tp in tps:
-            await replies.position(tp)  # resolve "end" now, before the call exists
-        async with started(producer(settings), settings) as calls:
-            try:
-                meta = await calls.send_and_wait(settings.calls_topic, orjson.dumps(body), key=key)
-            except KafkaError as exc:
-                raise kafka_clients.kafka_error(exc, f"write {settings.calls_topic}") from None
-        message_id = kafka_message_id(settings.calls_topic, meta.partition, meta.offset)
-        scope = await topic_scope(settings, settings.calls_topic)
-        envelope = parse_envelope(body, message_id=message_id, source=settings.source, scope=scope)
-        result = CallResult(message_id, envelope.run_id, envelope.call_id)
-        if on_sent is not None:
-            on_sent(result)
-        await _follow(replies, result, wait_s, on_reply)
-        return result
-
-
-async def _follow(
-    replies: Any, result: CallResult, wait_s: float, on_reply: Callable[[Reply], None] | None
-) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
-    while (left := deadline - loop.time()) > 0:
-        batches = await replies.getmany(timeout_ms=int(min(0.5, left) * 1000) or 1)
-        for messages in batches.values():
-            for message in messages:
-                try:
-                    reply = orjson.loads(message.value)
-                except orjson.JSONDecodeError:
-                    continue
-                if (reply.get("run_id"), reply.get("call_id")) != (result.run_id, result.call_id):
-                    continue
-                result.replies.append(reply)
-                if on_reply is not None:
-                    on_reply(reply)
-                if reply.get("status") != PENDING:
-                    return
+    try:
+        async with (
+            ToolClient(settings, watch_broker=False) as client,
+            watching(settings, report=on_broker, check_every_s=RETRY_EVERY_S),
+        ):
+            handle = await client.send(
+                body["tool"],
+                body["arguments"],
+                run_id=body.get("run_id"),
+                call_id=body.get("call_id"),
+                key=key,
+                derive_ids=True,
+            )
+            async with handle:
+                sent = handle.sent
+                result = CallResult(sent.message_id, sent.run_id, sent.call_id)
+                if on_sent is not None:
+                    on_sent(result)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait_s):
+                        async for reply in handle:
+                            result.replies.append(reply)
+                            if on_reply is not None:
+                                on_reply(reply)
+            return result
+    except KafkaError as exc:  # an ACL refusal once connected, as every command says it
+        raise kafka_clients.kafka_error(exc, "use the cluster") from None

@@ -78,7 +78,7 @@ async def _serve(
     tools = topology_tools(load_topology(settings))
     async with ToolClient(settings) as client:
         if transport == "stdio":
-            from mcp.server.stdio import stdio_server
+            from stream_adapter.mcp_stdio import stdio_streams
 
             server = build_server(
                 tools,
@@ -88,7 +88,7 @@ async def _serve(
                 timeout_s=timeout_s,
             )
             log.info("%s stdio (%d tools)", READY, len(tools))
-            async with stdio_server() as (read, write):
+            async with stdio_streams() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
             return
 

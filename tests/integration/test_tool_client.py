@@ -13,11 +13,12 @@ import pytest
 from stream_adapter.client import ReplyTimeout, SentCall, SyncToolClient, ToolClient
 from stream_adapter.client.tool_client import READ_MAX_WAIT_MS
 from stream_adapter.errors import ApprovalDenied, ToolFailed, ToolNotFound, ToolUsageError
+from stream_adapter.ids import derive_ids
 from stream_adapter.partitions import partition_for
 from stream_adapter.replies import Reply
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import create_topics
-from tests.harness import Client, WorkerProcess, make_settings, unique, wait_for
+from tests.harness import Client, WorkerProcess, make_settings, topic_id, unique, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +72,19 @@ async def test_a_call_returns_its_final_reply(tools: ToolClient) -> None:
     reply = await tools.call("add", {"a": 2, "b": 3}, timeout_s=60)
     assert reply["status"] == "ok" and reply["result"] == 5
     assert reply["run_id"].startswith("run_") and reply["call_id"].startswith("call_")
+
+
+async def test_a_call_sent_without_ids_gets_the_workers_derived_ones_and_its_reply(
+    tools: ToolClient, eo_settings: Settings
+) -> None:
+    handle = await tools.send("add", {"a": 20, "b": 22}, derive_ids=True)
+    async with handle:
+        reply = await handle.result(timeout_s=60)
+    assert reply["result"] == 42
+    scope = topic_id(eo_settings, eo_settings.calls_topic)
+    derived = derive_ids(handle.sent.message_id, eo_settings.source, scope)
+    assert (reply["run_id"], reply["call_id"]) == (handle.sent.run_id, handle.sent.call_id)
+    assert (handle.sent.run_id, handle.sent.call_id) == derived
 
 
 async def test_a_started_client_watches_the_broker(eo_settings: Settings) -> None:
