@@ -99,15 +99,13 @@ class Executor:
             kwargs[tool.context_param] = ctx
         token = _current.set(ctx)
         try:
+            if gate is not None and tool.is_async:
+                _pass(gate)  # nothing awaited between it and the tool's first line
             if tool.timeout_s is None and tool.is_async:
-                if gate is not None:
-                    _pass(gate)
                 result = await tool.fn(**kwargs)  # no timeout to arm: skip its machinery
             else:
                 async with asyncio.timeout(tool.timeout_s):
                     if tool.is_async:
-                        if gate is not None:
-                            _pass(gate)
                         result = await tool.fn(**kwargs)
                     else:
                         result = await self._in_thread(tool, kwargs, gate)

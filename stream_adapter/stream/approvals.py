@@ -446,43 +446,41 @@ class ApprovalFlow:
         )
         return unknown
 
-    async def _parked_meanwhile(self, delivery: Delivery) -> ApprovalRecord | None:
-        """The record a decision names once its park request is handled, while the requests
+    async def _parked_meanwhile(self, approval_id: str, partition: int) -> ApprovalRecord | None:
+        """approval_id's record once its park request is handled, while the requests
         partition still has records to handle (up to PARK_WAIT_S).
 
         A new owner reads the requests and decisions topics from their committed offsets at
         once: a decision can come before the park of its own call, which the previous owner
         had answered but not committed. Without the wait it would find no record and be lost.
         """
-        if self.requests_pending is None or self._decided_approval_id(delivery) is None:
+        if self.requests_pending is None:
             return None
         deadline = asyncio.get_running_loop().time() + PARK_WAIT_S
-        while self.requests_pending(delivery.partition):
+        while self.requests_pending(partition):
             if asyncio.get_running_loop().time() > deadline:
                 break
             await asyncio.sleep(PARK_POLL_S)
-            record = self._decided_record(delivery)
+            record = self.table.get(approval_id)
             if record is not None:
                 return record
-        return self._decided_record(delivery)
+        return self.table.get(approval_id)
 
-    @staticmethod
-    def _decided_approval_id(delivery: Delivery) -> str | None:
+    async def _decided_record(self, delivery: Delivery) -> ApprovalRecord | None:
+        """The record a decision names, if it parses and the record is here (after its park,
+        when that is still to be handled): its signature must be bound to that record
+        (`approvals.fingerprint`)."""
         try:
-            return parse_reviewer_message(delivery.value).approval_id
+            approval_id = parse_reviewer_message(delivery.value).approval_id
         except ToolUsageError:
             return None
-
-    def _decided_record(self, delivery: Delivery) -> ApprovalRecord | None:
-        """The record a decision names, if it parses and the record is here: its signature
-        must be bound to that record (`approvals.fingerprint`)."""
-        try:
-            return self.table.get(parse_reviewer_message(delivery.value).approval_id)
-        except ToolUsageError:
-            return None
+        record = self.table.get(approval_id)
+        if record is None:
+            record = await self._parked_meanwhile(approval_id, delivery.partition)
+        return record
 
     async def _decision(self, delivery: Delivery, trace: Headers | None) -> None:
-        decided = self._decided_record(delivery) or await self._parked_meanwhile(delivery)
+        decided = await self._decided_record(delivery)
         binds = "" if decided is None else fingerprint(decided)
         try:
             self.ctx.keys.verify(delivery.value, delivery.headers, binds=binds)

@@ -84,11 +84,8 @@ class Claim:
     lost: bool = False
     suspended: str = ""
     """Why only finishing writes go through now ("" when every write does)."""
-    check: Any = None
-    """Called with the partition before each write: raises OwnershipLost while the worker's
-    membership is in doubt."""
-    confirmed: Any = None
-    """Whether the worker's membership is confirmed now (no side effects)."""
+    membership: PartitionClaims | None = None
+    """Whose group membership this claim lasts by: checked before each write and run."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while a batch of writes commits (a release waits for it)."""
     queued: list[tuple[Sequence[Write], asyncio.Future[list[Any]]]] = field(default_factory=list)
@@ -101,7 +98,7 @@ class Claim:
         not suspended, the worker's membership confirmed. A check right before a tool's code
         starts, in its thread for a sync tool: no I/O and no side effects (the next write
         suspends the claims)."""
-        if self.confirmed is not None and not self.confirmed():
+        if self.membership is not None and not self.membership.membership_confirmed():
             raise OwnershipLost(self.partition, UNCONFIRMED)
         if self.lost:
             raise OwnershipLost(self.partition, "released")
@@ -116,8 +113,8 @@ class Claim:
         Writes that come while a transaction is committing go together in the next one (a
         group commit): back to back, each would wait for the previous one's markers.
         """
-        if self.check is not None:
-            self.check(self.partition)  # unconfirmed, nothing goes through, not even an outcome
+        if self.membership is not None:  # unconfirmed, nothing goes through, not even outcomes
+            self.membership.check_membership(self.partition)
         if self.lost:
             raise OwnershipLost(self.partition, "released")
         if self.suspended and (not finishing or self.suspended == UNCONFIRMED):
@@ -308,13 +305,7 @@ class PartitionClaims:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(producer.stop(), STOP_TIMEOUT_S)
                 raise
-            claim = Claim(
-                partition,
-                tid,
-                producer,
-                check=self.check_membership,
-                confirmed=self.membership_confirmed,
-            )
+            claim = Claim(partition, tid, producer, membership=self)
             self._claims[partition] = claim
             return claim
 
