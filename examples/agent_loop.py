@@ -11,8 +11,8 @@ import asyncio
 from typing import Any
 
 from stream_adapter.client import ToolClient
-from stream_adapter.frameworks import envelope_from_tool_call, tool_result_message
-from stream_adapter.replies import Reply
+from stream_adapter.core.frameworks import envelope_from_tool_call, tool_result_message
+from stream_adapter.core.replies import Reply
 
 
 async def answer_tool_calls(

@@ -30,7 +30,7 @@ from stream_adapter import (
 )
 
 if TYPE_CHECKING:
-    from stream_adapter.pubsub import PushVerifier
+    from stream_adapter.hosts.pubsub import PushVerifier
 
 __all__ = [
     "JOB_TIMEOUT_S",
@@ -152,7 +152,7 @@ PUBSUB_JWKS_ENV = "STREAM_ADAPTER_PUBSUB_JWKS_URL"
 @functools.cache
 def push_verifier() -> PushVerifier:
     """The push subscription's audience and service account, from the environment."""
-    from stream_adapter.pubsub import GOOGLE_JWKS_URL, PushVerifier
+    from stream_adapter.hosts.pubsub import GOOGLE_JWKS_URL, PushVerifier
 
     return PushVerifier(
         audience=os.environ[PUBSUB_AUDIENCE_ENV],

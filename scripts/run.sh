@@ -10,7 +10,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "${PYTHON:-python3}" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e .
+"$VENV/bin/python" -m pip install -q -e . -e ./dev  # dev: the local broker
 SA="$VENV/bin/stream-adapter"
 
 if [ -z "${STREAM_ADAPTER_BROKER:-}${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
@@ -25,7 +25,7 @@ mkdir -p .data
 # with them and the worker refuses any decision that is not signed with them.
 if [ -z "${STREAM_ADAPTER_DECISION_KEYS:-}" ]; then
   export STREAM_ADAPTER_DECISION_KEYS_FILE="${STREAM_ADAPTER_DECISION_KEYS_FILE:-$PWD/.data/decision-keys}"
-  "$VENV/bin/python" -c 'import sys; from stream_adapter.signing import ensure_keys_file; ensure_keys_file(sys.argv[1])' \
+  "$VENV/bin/python" -c 'import sys; from stream_adapter.core.signing import ensure_keys_file; ensure_keys_file(sys.argv[1])' \
     "$STREAM_ADAPTER_DECISION_KEYS_FILE"
 fi
 # The review service in the background (log: .data/review.log). The demo reviewer gets a fresh

@@ -11,7 +11,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e ".[test]"
+# The runtime with every extra, and the developer tooling (dev/: a local Kafka, bench, chaos).
+"$VENV/bin/python" -m pip install -q -e ".[test]" -e ./dev
 
 for tool in java mvn; do
   command -v "$tool" >/dev/null || { echo "error: $tool is needed for the local Kafka broker" >&2; exit 1; }
@@ -23,13 +24,13 @@ bash scripts/temporal.sh install
 # Debian's Chromium for the review service's browser test (Playwright drives it).
 bash scripts/browser.sh install
 # Fetch the broker's jars once (cached in .kafka/libs), so no test pays for it.
-"$VENV/bin/python" -c "from stream_adapter.broker import local; local.ensure_jars(local.BrokerConfig(jars_dir=__import__('pathlib').Path('.kafka/libs')))"
+"$VENV/bin/python" -c "from stream_adapter_dev.broker import local; local.ensure_jars(local.BrokerConfig(jars_dir=__import__('pathlib').Path('.kafka/libs')))"
 
 echo "== ruff"
-"$VENV/bin/ruff" check stream_adapter topologies tests benchmarks examples
-"$VENV/bin/ruff" format --check stream_adapter topologies tests benchmarks examples
+"$VENV/bin/ruff" check stream_adapter dev topologies tests examples
+"$VENV/bin/ruff" format --check stream_adapter dev topologies tests examples
 echo "== mypy --strict (the core)"
-"$VENV/bin/mypy" --strict stream_adapter
+"$VENV/bin/mypy" --strict stream_adapter dev/stream_adapter_dev
 echo "== lint-imports (only stream/engine/ imports faust, mode and aiokafka)"
 "$VENV/bin/lint-imports" --no-cache
 echo "== pytest"

@@ -1,7 +1,8 @@
-"""The `stream-adapter` command: a local broker, topics, the worker, tools and operator commands.
+"""The `stream-adapter` command: topics, the worker, tools and operator commands.
 
 Every setting is also an option (stream_adapter/commands/options.py), accepted before and
-after the command. Commands in `LAZY` are imported only when they run, so `-h` stays quick.
+after the command. Commands in `LAZY` are imported only when they run, so `-h` stays quick;
+the developer tooling (a local broker, bench, chaos) adds its own through an entry point.
 Failures print one `Error:` line and exit with the code of their kind (commands/exits.py).
 """
 
@@ -45,29 +46,13 @@ LAZY = {
         "stream_adapter.review.commands:approvals",
         "Approvals for operators: list them, approve or deny one, resolve an unknown outcome.",
     ),
-    "bench": Lazy(
-        "stream_adapter.bench.command:bench",
-        "Measure the worker side by side with an aiokafka loop and Quix Streams apps.",
-    ),
     "call": Lazy(
         "stream_adapter.ops.commands:call",
         "Produce one call of TOOL and print each reply as a JSON line.",
     ),
-    "chaos": Lazy(
-        "stream_adapter.chaos.commands:chaos",
-        "Calls under SIGKILLs, broker faults and scaling; exit 1 unless nothing was lost.",
-    ),
     "dlq": Lazy(
         "stream_adapter.ops.commands:dlq",
         "Dead letters: list them, replay them as the same calls.",
-    ),
-    "fuzz": Lazy(
-        "stream_adapter.chaos.commands:fuzz",
-        "Malformed calls and decisions among valid ones; exit 1 unless each got its answer.",
-    ),
-    "kafka": Lazy(
-        "stream_adapter.commands.kafka:kafka",
-        "A local Apache Kafka (KRaft) for development and tests: one broker, or a cluster.",
     ),
     "mcp": Lazy(
         "stream_adapter.ops.mcp:mcp",
@@ -84,9 +69,33 @@ LAZY = {
 }
 """Commands imported when they run: where each lives, and its help's first line."""
 
+DEV_TOOLING = ("bench", "chaos", "fuzz", "kafka")
+"""Commands of the developer tooling (`stream-adapter-dev`, dev/ in the repository)."""
+
+
+def added_commands() -> dict[str, Lazy]:
+    """Commands other distributions add through the `stream_adapter.commands` entry point: a
+    mapping of names to `Lazy` commands (the developer tooling's `kafka`, `bench`, ...)."""
+    from importlib.metadata import entry_points
+
+    found: dict[str, Lazy] = {}
+    for point in entry_points(group="stream_adapter.commands"):
+        commands = point.load()
+        found.update({name: lazy for name, lazy in commands.items() if name not in LAZY})
+    return found
+
 
 class Root(LazyGroup):
     """The root group: settings options in sections; any failure as one line and its code."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in DEV_TOOLING:
+            raise click.UsageError(
+                f"`{cmd_name}` is developer tooling: install stream-adapter-dev "
+                "(`pip install -e ./dev` in a clone of the repository)"
+            )
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -121,7 +130,7 @@ def _bootstrap(source: SettingsSource) -> str:
 
 @click.group(
     cls=Root,
-    lazy=LAZY,
+    lazy={**LAZY, **added_commands()},
     prepare=accept_after,
     params=settings_params(),
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -231,8 +240,8 @@ def worker(settings: Settings) -> None:
     Exit 8 when a codec or the topology cannot be loaded, 7 when the broker does not answer
     at start, 9 when it refuses the credentials, 10 on a TLS failure.
     """
-    from stream_adapter.codecs import check_codecs
-    from stream_adapter.ops.topic import reachable
+    from stream_adapter.kafka.codecs import check_codecs
+    from stream_adapter.kafka.topic import reachable
     from stream_adapter.stream.worker import run_worker
 
     check_codecs()  # before the topology's imports: the install as it is
@@ -274,7 +283,7 @@ def tools(settings: Settings, as_json: bool, framework: str | None) -> None:
     if framework is not None:
         import json
 
-        from stream_adapter.frameworks import Format, tool_definitions
+        from stream_adapter.core.frameworks import Format, tool_definitions
 
         kind: Format = framework  # type: ignore[assignment]  # click.Choice checked it
         definitions = tool_definitions(topology_tools(load_topology(settings)), kind)

@@ -11,7 +11,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from stream_adapter.retention import DEFAULT_SETTLED_RETENTION_S
+from stream_adapter.core.retention import DEFAULT_SETTLED_RETENTION_S
 
 ENV_PREFIX = "STREAM_ADAPTER_"
 COMMIT_INTERVAL_S = {"at_least_once": 0.5, "exactly_once": 0.07}

@@ -2,7 +2,7 @@
 
 The broker is, in order of preference: the one named by `KAFKA_BOOTSTRAP_SERVERS`; a
 testcontainers Kafka (apache/kafka, KRaft) when a Docker engine answers; else a local broker
-started from the Maven jars (`stream_adapter.broker.local`) on free ports in a temp folder.
+started from the Maven jars (`stream_adapter_dev.broker.local`) on free ports in a temp folder.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from stream_adapter.broker import local, secure
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import create_topics
+from stream_adapter_dev.broker import local, secure
 from tests.harness import ROOT, Client, WorkerProcess, make_settings
 from tests.services import (  # noqa: F401
     dynamodb_server,

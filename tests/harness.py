@@ -22,13 +22,13 @@ import orjson
 from aiokafka.structs import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from stream_adapter import kafka_clients
-from stream_adapter.approvals import ApprovalRecord, fingerprint
-from stream_adapter.broker.local import free_port
-from stream_adapter.chaos.observe import read_topic
-from stream_adapter.ids import derive_ids
+from stream_adapter.core.approvals import ApprovalRecord, fingerprint
+from stream_adapter.core.ids import derive_ids
+from stream_adapter.core.signing import DecisionKeys, new_keys_spec
+from stream_adapter.kafka import clients as kafka_clients
 from stream_adapter.settings import Settings
-from stream_adapter.signing import DecisionKeys, new_keys_spec
+from stream_adapter_dev.broker.local import free_port
+from stream_adapter_dev.chaos.observe import read_topic
 
 ROOT = Path(__file__).resolve().parent.parent
 

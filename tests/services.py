@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_adapter.broker.local import free_port
+from stream_adapter_dev.broker.local import free_port
 
 START_TIMEOUT_S = 30.0
 

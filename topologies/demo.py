@@ -2,16 +2,10 @@
 
 `stream-adapter worker` runs `app`; tests and benchmarks use `TOOLS` and `build_executor`.
 
-Settings of the demo tools (environment, read at each call):
-- `STREAM_ADAPTER_DEMO_LEDGER`: the file the confirm tools record their effects in, one JSON
-  line each (default `./demo-ledger.jsonl`);
-- `STREAM_ADAPTER_DEMO_TOOL_LATENCY_S`: how long a confirm tool's external API takes, in
-  seconds (default 0): half before its effect is recorded, half after, so a crash can fall on
-  either side of the effect;
-- `STREAM_ADAPTER_DEMO_RUNS`: when set, a file the confirm tools append to as each run starts,
-  records its effect and ends (`{"event", "tool", "call_id", "run", "pid", "at"}` lines), so an
-  observer can tell which process is running which approved call, and whether a run that
-  died got as far as its effect.
+The confirm tools record their effects in the file `STREAM_ADAPTER_DEMO_LEDGER` names (read
+at each call; default `./demo-ledger.jsonl`), one JSON line each. The chaos runs serve these
+tools with a simulated latency and a run journal around each confirm run (stream-adapter-dev's
+`chaos/topology.py`).
 """
 
 from __future__ import annotations
@@ -21,11 +15,7 @@ import fcntl
 import json
 import os
 import threading
-import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -83,77 +73,13 @@ def boom() -> None:
 
 
 LEDGER_ENV = "STREAM_ADAPTER_DEMO_LEDGER"
-LATENCY_ENV = "STREAM_ADAPTER_DEMO_TOOL_LATENCY_S"
-RUNS_ENV = "STREAM_ADAPTER_DEMO_RUNS"
-START, EFFECT, END = "start", "effect", "end"
-"""The events of a confirm tool's run in the `STREAM_ADAPTER_DEMO_RUNS` file."""
 
 
 def ledger_path() -> Path:
     return Path(os.environ.get(LEDGER_ENV, "demo-ledger.jsonl"))
 
 
-def tool_latency_s() -> float:
-    """The confirm tools' simulated external-API latency (0 unless the environment sets it)."""
-    return max(0.0, float(os.environ.get(LATENCY_ENV) or 0.0))
-
-
 _ledger_lock = threading.Lock()
-
-
-def _append_line(path: Path, line: str) -> None:
-    """Append line (written through to the OS, so it outlives a SIGKILL of this process); the
-    file lock keeps lines of processes sharing the file whole."""
-    with path.open("a") as out:
-        fcntl.flock(out.fileno(), fcntl.LOCK_EX)
-        try:
-            out.write(line + "\n")
-            out.flush()
-        finally:
-            fcntl.flock(out.fileno(), fcntl.LOCK_UN)
-
-
-class _Run:
-    """One run of a confirm tool: its latency around the effect, and its journal lines."""
-
-    def __init__(self, tool: str) -> None:
-        from stream_adapter import current_call
-
-        self.tool = tool
-        self.call_id = current_call().call_id
-        self.run = uuid.uuid4().hex[:12]
-        self.latency_s = tool_latency_s()
-        runs = os.environ.get(RUNS_ENV)
-        self.journal = Path(runs) if runs else None
-
-    def note(self, event: str) -> None:
-        if self.journal is not None:
-            line = {
-                "event": event,
-                "tool": self.tool,
-                "call_id": self.call_id,
-                "run": self.run,
-                "pid": os.getpid(),
-                "at": time.time(),
-            }
-            _append_line(self.journal, json.dumps(line))
-
-    def wait(self) -> None:
-        """Half the latency: the external API before, or after, the effect."""
-        if self.latency_s:
-            time.sleep(self.latency_s / 2)
-
-
-@contextmanager
-def _external_call(tool: str) -> Iterator[_Run]:
-    """Start, half the latency, (the effect, in the body), the other half, end."""
-    run = _Run(tool)
-    run.note(START)
-    run.wait()
-    yield run
-    run.note(EFFECT)
-    run.wait()
-    run.note(END)
 
 
 def _append_to_ledger(tool: str, fields: dict[str, Any], *, once: bool) -> bool:
@@ -190,10 +116,9 @@ def send_invoice(
     Idempotent by call_id: the ledger gets one line per call, however often a crash makes it
     run, so a run that died with its worker is simply run again.
     """
-    with _external_call("send_invoice"):
-        _append_to_ledger(
-            "send_invoice", {"customer": customer, "amount_cents": amount_cents}, once=True
-        )
+    _append_to_ledger(
+        "send_invoice", {"customer": customer, "amount_cents": amount_cents}, once=True
+    )
     return {"invoiced": customer, "amount_cents": amount_cents}
 
 
@@ -208,9 +133,7 @@ def wire_funds(
     its worker is never repeated automatically: its outcome is unknown until a person resolves
     it (`stream-adapter approvals resolve`).
     """
-    with _external_call("wire_funds"):
-        fields = {"account": account, "amount_cents": amount_cents}
-        _append_to_ledger("wire_funds", fields, once=False)
+    _append_to_ledger("wire_funds", {"account": account, "amount_cents": amount_cents}, once=False)
     return {"wired": account, "amount_cents": amount_cents}
 
 

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from stream_adapter.errors import AdapterError
-from stream_adapter.replies import Reply, is_final, reply_error
+from stream_adapter.core.errors import AdapterError
+from stream_adapter.core.replies import Reply, is_final, reply_error
 
 if TYPE_CHECKING:
     from stream_adapter.client.reader import ReplyReader, Watch

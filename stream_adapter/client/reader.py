@@ -26,10 +26,10 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
-from stream_adapter import kafka_clients
-from stream_adapter.errors import AdapterError
-from stream_adapter.partitions import partition_for
-from stream_adapter.replies import Reply
+from stream_adapter.core.errors import AdapterError
+from stream_adapter.core.replies import Reply
+from stream_adapter.kafka import clients as kafka_clients
+from stream_adapter.kafka.partitions import partition_for
 
 __all__ = ["ReplyReader", "Watch"]
 

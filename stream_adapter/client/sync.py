@@ -12,8 +12,8 @@ from typing import Any
 
 from stream_adapter.client.calls import SentCall
 from stream_adapter.client.tool_client import ToolClient
-from stream_adapter.replies import Reply
-from stream_adapter.runners import LoopRunner
+from stream_adapter.core.replies import Reply
+from stream_adapter.core.runners import LoopRunner
 from stream_adapter.settings import Settings
 
 __all__ = ["SyncToolClient"]

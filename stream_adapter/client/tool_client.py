@@ -18,15 +18,15 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from stream_adapter import kafka_clients
 from stream_adapter.client.calls import CallHandle, OnReply, SentCall
 from stream_adapter.client.reader import ReplyReader
-from stream_adapter.connectivity import BrokerStatus, BrokerWatch
-from stream_adapter.envelope import parse_envelope
-from stream_adapter.errors import AdapterError
-from stream_adapter.ids import fresh_id, kafka_message_id
-from stream_adapter.ops.topic import partitions
-from stream_adapter.replies import Reply
+from stream_adapter.core.envelope import parse_envelope
+from stream_adapter.core.errors import AdapterError
+from stream_adapter.core.ids import fresh_id, kafka_message_id
+from stream_adapter.core.replies import Reply
+from stream_adapter.kafka import clients as kafka_clients
+from stream_adapter.kafka.connectivity import BrokerStatus, BrokerWatch
+from stream_adapter.kafka.topic import partitions
 from stream_adapter.settings import Settings
 
 __all__ = ["FOLLOW_SLACK_MS", "ToolClient"]

@@ -12,16 +12,19 @@ from enum import IntEnum
 import click
 from pydantic import ValidationError
 
-from stream_adapter.errors import (
+from stream_adapter.core.errors import (
     AdapterError,
     ApprovalConflict,
     ApprovalNotFound,
     AuthenticationFailed,
     BrokerError,
     CodecUnavailable,
+    ConfigError,
     NotAuthorized,
+    NotPending,
     TlsFailed,
     ToolUsageError,
+    TopicMissing,
 )
 
 
@@ -65,28 +68,6 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.NOT_AUTHORIZED: "an ACL of the cluster refused an operation",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
-
-
-class ConfigError(AdapterError):
-    """A setting or the topology is wrong: nothing to retry until the configuration changes."""
-
-    title = "Bad configuration"
-    status = 500
-
-
-class TopicMissing(BrokerError):
-    """A topic the command needs does not exist on the broker."""
-
-    title = "Topic missing"
-    status = 404
-    retryable = False
-
-
-class NotPending(AdapterError):
-    """An approval or reviewer the command names is unknown, or not in the state it needs."""
-
-    title = "Not found or not pending"
-    status = 409
 
 
 def code_for(exc: BaseException) -> ExitCode:

@@ -23,7 +23,8 @@ from click.core import ParameterSource
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from stream_adapter.commands.exits import ConfigError, ExitCode, validation_text
+from stream_adapter.commands.exits import ExitCode, validation_text
+from stream_adapter.core.errors import ConfigError
 from stream_adapter.settings import ENV_PREFIX, Settings
 
 F = TypeVar("F", bound=Callable[..., Any])

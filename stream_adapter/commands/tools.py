@@ -12,11 +12,11 @@ from collections.abc import Collection
 from types import ModuleType
 from typing import Any
 
-from stream_adapter.commands.exits import ConfigError
-from stream_adapter.executor import Executor
-from stream_adapter.frameworks import arguments_schema
+from stream_adapter.core.errors import ConfigError
+from stream_adapter.core.executor import Executor
+from stream_adapter.core.frameworks import arguments_schema
+from stream_adapter.core.tools import Tool, ToolRegistry, allow_list
 from stream_adapter.settings import Settings
-from stream_adapter.tools import Tool, ToolRegistry, allow_list
 
 
 def topology_tools(module: ModuleType) -> list[Tool]:

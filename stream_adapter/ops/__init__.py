@@ -1,1 +1,1 @@
-"""Operator tools over Kafka: request-reply calls and dead-letter inspection and replay."""
+"""Operator commands over Kafka: `call` (request-reply), `dlq list|replay`, `acls`, `mcp`."""

@@ -15,11 +15,11 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
-from stream_adapter import kafka_clients
 from stream_adapter.client import ToolClient
-from stream_adapter.connectivity import RETRY_EVERY_S, BrokerChange, log_change, watching
-from stream_adapter.envelope import parse_envelope
-from stream_adapter.replies import Reply
+from stream_adapter.core.envelope import parse_envelope
+from stream_adapter.core.replies import Reply
+from stream_adapter.kafka import clients as kafka_clients
+from stream_adapter.kafka.connectivity import RETRY_EVERY_S, BrokerChange, log_change, watching
 from stream_adapter.settings import Settings
 
 PENDING = "pending_approval"

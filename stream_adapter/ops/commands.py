@@ -10,7 +10,7 @@ import click
 import orjson
 
 from stream_adapter.commands import Column, ExitCode, emit, note, pass_settings, run_client
-from stream_adapter.replies import Reply
+from stream_adapter.core.replies import Reply
 from stream_adapter.settings import Settings
 
 
@@ -68,7 +68,7 @@ def call(
     Exit 0 on an ok or already_done reply, 1 on an error reply, 3 when the call is still
     pending approval when --wait runs out, 4 when no reply came within --wait.
     """
-    from stream_adapter.connectivity import BrokerChange, describe
+    from stream_adapter.kafka.connectivity import BrokerChange, describe
     from stream_adapter.ops.call import CallResult, envelope_for
     from stream_adapter.ops.call import call as produce_call
 

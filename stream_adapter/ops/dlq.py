@@ -24,10 +24,10 @@ from typing import Any
 import orjson
 from aiokafka.errors import KafkaError
 
-from stream_adapter import kafka_clients
-from stream_adapter.envelope import parse_envelope
-from stream_adapter.errors import ToolUsageError
-from stream_adapter.ops.topic import producer, read_to_end, require_topic, started
+from stream_adapter.core.envelope import parse_envelope
+from stream_adapter.core.errors import ToolUsageError
+from stream_adapter.kafka import clients as kafka_clients
+from stream_adapter.kafka.topic import producer, read_to_end, require_topic, started
 from stream_adapter.settings import Settings
 
 SCOPE_HEADER = "source-topic-id"

@@ -33,7 +33,7 @@ class BearerAuth:
         self.tokens = tokens
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        from stream_adapter.mcp_server import CALLER_HEADER
+        from stream_adapter.mcp.server import CALLER_HEADER
         from stream_adapter.review.auth import Unauthenticated
 
         if scope["type"] != "http":
@@ -73,12 +73,12 @@ async def _serve(
     from stream_adapter.cli import load_topology
     from stream_adapter.client import ToolClient
     from stream_adapter.commands.tools import topology_tools
-    from stream_adapter.mcp_server import build_server, fixed_caller, request_caller
+    from stream_adapter.mcp.server import build_server, fixed_caller, request_caller
 
     tools = topology_tools(load_topology(settings))
     async with ToolClient(settings) as client:
         if transport == "stdio":
-            from stream_adapter.mcp_stdio import stdio_streams
+            from stream_adapter.mcp.stdio import stdio_streams
 
             server = build_server(
                 tools,
@@ -94,7 +94,7 @@ async def _serve(
 
         import uvicorn
 
-        from stream_adapter.http.credentials import BearerTokens
+        from stream_adapter.hosts.http.credentials import BearerTokens
 
         async def caller_of(ctx: Any) -> str:
             return request_caller(ctx)
@@ -164,7 +164,7 @@ def mcp(
     client gets progress messages naming the approval and its review page. Cancelling a call
     stops its wait, not the call.
     """
-    from stream_adapter.logs import configure_logging
+    from stream_adapter.core.logs import configure_logging
     from stream_adapter.ops.commands import review_url as default_review_url
 
     if transport == "http" and not callers_file:

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stream_adapter.approvals import utc_now
-from stream_adapter.errors import Forbidden as Forbidden
-from stream_adapter.errors import TokenChecksBusy as TokenChecksBusy
-from stream_adapter.errors import ToolUsageError
-from stream_adapter.errors import TooManyFailures as TooManyFailures
-from stream_adapter.errors import Unauthenticated as Unauthenticated
+from stream_adapter.core.approvals import utc_now
+from stream_adapter.core.errors import Forbidden as Forbidden
+from stream_adapter.core.errors import TokenChecksBusy as TokenChecksBusy
+from stream_adapter.core.errors import ToolUsageError
+from stream_adapter.core.errors import TooManyFailures as TooManyFailures
+from stream_adapter.core.errors import Unauthenticated as Unauthenticated
 
 TOKEN_PREFIX = "sa1"
 TOKEN_RE = re.compile(r"sa1\.[0-9a-f]{8,32}\.[A-Za-z0-9_-]{32,86}")

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stream_adapter.errors import ToolUsageError
+from stream_adapter.core.errors import ToolUsageError
 
 __all__ = ["DecisionRequest", "ResolutionRequest", "read_decision", "read_resolution"]
 

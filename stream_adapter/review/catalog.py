@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from stream_adapter import logs
+from stream_adapter.core import logs
+from stream_adapter.core.tools import Tool
 from stream_adapter.settings import Settings
-from stream_adapter.tools import Tool
 
 __all__ = ["ArgumentInfo", "Catalog", "ToolInfo", "describe_tool", "load_catalog", "unit_of"]
 

@@ -8,8 +8,8 @@ from typing import Any
 import click
 import orjson
 
-from stream_adapter.approvals import ApprovalState
 from stream_adapter.commands import Column, NotPending, emit, note, pass_settings, run_client
+from stream_adapter.core.approvals import ApprovalState
 from stream_adapter.review.auth import ReviewersFile
 from stream_adapter.settings import Settings
 
@@ -18,7 +18,7 @@ from stream_adapter.settings import Settings
 @pass_settings
 def review(settings: Settings) -> None:
     """Run the review web service (page and JSON API) until SIGTERM or Ctrl-C."""
-    from stream_adapter.logs import configure_logging
+    from stream_adapter.core.logs import configure_logging
     from stream_adapter.review.service import serve
 
     configure_logging(settings.log_level, settings.log_format)
@@ -136,7 +136,7 @@ def approvals_list(settings: Settings, state: str | None, as_json: bool) -> None
 def approvals_show(settings: Settings, approval_id: str) -> None:
     """One approval as the approvals topic has it now, every field as JSON: for a run, when
     and where it started and when it is surely over (`run_deadline`)."""
-    from stream_adapter.errors import ApprovalNotFound
+    from stream_adapter.core.errors import ApprovalNotFound
     from stream_adapter.review.view import record_json, snapshot
 
     record = run_client(snapshot(settings)).get(approval_id)

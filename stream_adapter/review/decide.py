@@ -14,9 +14,9 @@ from typing import Any, Literal
 from aiokafka import AIOKafkaProducer
 from pydantic import ValidationError
 
-from stream_adapter import kafka_clients, logs
-from stream_adapter._json import JSONError, dumps
-from stream_adapter.approvals import (
+from stream_adapter.core import logs
+from stream_adapter.core._json import JSONError, dumps
+from stream_adapter.core.approvals import (
     MAX_DECISION_BYTES,
     ApprovalRecord,
     ApprovalState,
@@ -27,10 +27,16 @@ from stream_adapter.approvals import (
     parse_reviewer_message,
     utc_now,
 )
-from stream_adapter.errors import ApprovalConflict, ApprovalNotFound, BrokerError, ToolUsageError
+from stream_adapter.core.errors import (
+    ApprovalConflict,
+    ApprovalNotFound,
+    BrokerError,
+    ToolUsageError,
+)
+from stream_adapter.core.signing import DecisionKeys, announce
+from stream_adapter.kafka import clients as kafka_clients
 from stream_adapter.review.view import ApprovalsView
 from stream_adapter.settings import Settings
-from stream_adapter.signing import DecisionKeys, announce
 
 LANDED_TIMEOUT_S = 5.0
 MAX_REFUSALS = 50

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from stream_adapter.approvals import ApprovalRecord
+from stream_adapter.core.approvals import ApprovalRecord
 
 __all__ = [
     "PAGE_SIZE",

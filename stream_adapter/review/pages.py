@@ -19,7 +19,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from stream_adapter.approvals import ApprovalRecord, ApprovalState, instant
+from stream_adapter.core.approvals import ApprovalRecord, ApprovalState, instant
 from stream_adapter.review.catalog import Catalog, ToolInfo, unit_of
 from stream_adapter.review.listing import NO_TWINS, Page, Twins, page_of
 from stream_adapter.review.view import Seen

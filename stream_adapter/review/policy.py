@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stream_adapter import logs
-from stream_adapter.approvals import ApprovalRecord
+from stream_adapter.core import logs
+from stream_adapter.core.approvals import ApprovalRecord
 from stream_adapter.review.auth import Forbidden, Reviewer
 
 __all__ = ["ToolRoles", "caller_of", "check_may_decide"]

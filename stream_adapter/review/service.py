@@ -10,8 +10,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from stream_adapter import logs
-from stream_adapter.connectivity import BrokerWatch
+from stream_adapter.core import logs
+from stream_adapter.kafka.connectivity import BrokerWatch
 from stream_adapter.review.auth import (
     FailureLimiter,
     ReviewersFile,

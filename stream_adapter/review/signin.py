@@ -14,8 +14,8 @@ import secrets
 
 from aiohttp import web
 
-from stream_adapter import logs
-from stream_adapter.errors import (
+from stream_adapter.core import logs
+from stream_adapter.core.errors import (
     AdapterError,
     Forbidden,
     TokenChecksBusy,

@@ -21,9 +21,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from stream_adapter import kafka_clients, logs
-from stream_adapter.approvals import ApprovalRecord, ApprovalState
-from stream_adapter.errors import BrokerError, ToolUsageError
+from stream_adapter.core import logs
+from stream_adapter.core.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.core.errors import BrokerError, ToolUsageError
+from stream_adapter.kafka import clients as kafka_clients
 from stream_adapter.review.listing import IdenticalCalls, Twins
 from stream_adapter.settings import Settings
 

@@ -16,9 +16,9 @@ from urllib.parse import urlencode
 from aiohttp import web
 from yarl import URL
 
-from stream_adapter._json import JSONError, loads
-from stream_adapter.approvals import ApprovalRecord, ApprovalState
-from stream_adapter.errors import AdapterError, ApprovalNotFound, Forbidden, ToolUsageError
+from stream_adapter.core._json import JSONError, loads
+from stream_adapter.core.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.core.errors import AdapterError, ApprovalNotFound, Forbidden, ToolUsageError
 from stream_adapter.review import pages
 from stream_adapter.review.auth import Session
 from stream_adapter.review.bodies import read_decision, read_resolution

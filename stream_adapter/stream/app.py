@@ -11,13 +11,13 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from stream_adapter import kafka_clients
-from stream_adapter.connectivity import BrokerWatch
-from stream_adapter.executor import Executor
-from stream_adapter.loopwatch import LoopWatch, executor_codes
-from stream_adapter.retries import RetryPolicy
+from stream_adapter.core.executor import Executor
+from stream_adapter.core.retries import RetryPolicy
+from stream_adapter.core.signing import DecisionKeys, announce
+from stream_adapter.core.tools import ToolNames, allow_list
+from stream_adapter.kafka import clients as kafka_clients
+from stream_adapter.kafka.connectivity import BrokerWatch
 from stream_adapter.settings import COMMIT_INTERVAL_S, Settings
-from stream_adapter.signing import DecisionKeys, announce
 from stream_adapter.stream.approvals import ApprovalFlow, ApprovalTable
 from stream_adapter.stream.calls import process_call
 from stream_adapter.stream.context import FlowContext
@@ -30,6 +30,7 @@ from stream_adapter.stream.engine import (
     faust_connection,
 )
 from stream_adapter.stream.inline import inline_lane
+from stream_adapter.stream.loopwatch import LoopWatch, executor_codes
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.outputs import Outputs
 from stream_adapter.stream.scopes import Scopes
@@ -37,7 +38,6 @@ from stream_adapter.stream.sweeper import Sweeper
 from stream_adapter.stream.topics import approval_requests_topic
 from stream_adapter.stream.tracing import build_tracing
 from stream_adapter.stream.web import MetricsServer
-from stream_adapter.tools import ToolNames, allow_list
 
 RAW: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
 PRODUCER_MAX_REQUEST_BYTES = 4 << 20

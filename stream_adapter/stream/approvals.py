@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from stream_adapter import logs
-from stream_adapter.approvals import (
+from stream_adapter.core import logs
+from stream_adapter.core.approvals import (
     ApprovalRecord,
     ApprovalState,
     Decision,
@@ -45,8 +45,8 @@ from stream_adapter.approvals import (
     settled_reply,
     this_process,
 )
-from stream_adapter.envelope import MAX_RECORD_BYTES, Envelope
-from stream_adapter.errors import (
+from stream_adapter.core.envelope import MAX_RECORD_BYTES, Envelope
+from stream_adapter.core.errors import (
     AdapterError,
     ApprovalConflict,
     ApprovalNotFound,
@@ -54,11 +54,16 @@ from stream_adapter.errors import (
     ToolNotFound,
     ToolUsageError,
 )
-from stream_adapter.ids import legacy_approval_id
-from stream_adapter.pending import PendingCounts, TooManyPending
-from stream_adapter.record_limits import check_parkable, finish_within
-from stream_adapter.replies import already_done_reply, error_reply_body
-from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER, DecisionKeys, SignatureError
+from stream_adapter.core.ids import legacy_approval_id
+from stream_adapter.core.pending import PendingCounts, TooManyPending
+from stream_adapter.core.record_limits import check_parkable, finish_within
+from stream_adapter.core.replies import already_done_reply, error_reply_body
+from stream_adapter.core.signing import (
+    KEY_ID_HEADER,
+    SIGNATURE_HEADER,
+    DecisionKeys,
+    SignatureError,
+)
 from stream_adapter.stream.calls import LEGACY, PARK, RESUME, SWEEP
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.engine import Claim, Delivery, DurableTable, Headers, OwnershipLost

@@ -11,15 +11,15 @@ from typing import Any
 
 import orjson
 
-from stream_adapter.envelope import Envelope, parse_envelope
-from stream_adapter.errors import AdapterError, RecordTooLarge
-from stream_adapter.ids import approval_id_for, derive_ids, legacy_approval_id
-from stream_adapter.replies import Reply
+from stream_adapter.core.envelope import Envelope, parse_envelope
+from stream_adapter.core.errors import AdapterError, RecordTooLarge
+from stream_adapter.core.ids import approval_id_for, derive_ids, legacy_approval_id
+from stream_adapter.core.replies import Reply
+from stream_adapter.core.tools import Tool
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.engine import Delivery, Headers
 from stream_adapter.stream.faults import CALL_REPLIED, crash_point
 from stream_adapter.stream.tracing import traceparent
-from stream_adapter.tools import Tool
 
 PARK = "park"
 RESUME = "resume"

@@ -7,19 +7,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stream_adapter import logs
-from stream_adapter.errors import AdapterError
-from stream_adapter.executor import Executor
-from stream_adapter.replies import Reply, error_reply_body, ok_reply
-from stream_adapter.retries import RetryPolicy, attempt
+from stream_adapter.core import logs
+from stream_adapter.core.errors import AdapterError
+from stream_adapter.core.executor import Executor
+from stream_adapter.core.replies import Reply, error_reply_body, ok_reply
+from stream_adapter.core.retries import RetryPolicy, attempt
+from stream_adapter.core.signing import DecisionKeys
+from stream_adapter.core.tools import Tool
 from stream_adapter.settings import Settings
-from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.engine import Delivery, Headers, Slots
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.outputs import Outputs
 from stream_adapter.stream.scopes import Scopes
 from stream_adapter.stream.tracing import Tracing
-from stream_adapter.tools import Tool
 
 
 @dataclass(frozen=True, slots=True)

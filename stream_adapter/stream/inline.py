@@ -28,12 +28,13 @@ from typing import Any
 
 import orjson
 
-from stream_adapter import logs
-from stream_adapter.envelope import Envelope, parse_envelope
-from stream_adapter.errors import AdapterError
-from stream_adapter.executor import WAITED
-from stream_adapter.partitions import partition_for
-from stream_adapter.replies import Reply, ok_reply
+from stream_adapter.core import logs
+from stream_adapter.core.envelope import Envelope, parse_envelope
+from stream_adapter.core.errors import AdapterError
+from stream_adapter.core.executor import WAITED
+from stream_adapter.core.replies import Reply, ok_reply
+from stream_adapter.core.tools import Tool
+from stream_adapter.kafka.partitions import partition_for
 from stream_adapter.stream import faults
 from stream_adapter.stream.calls import process_call, send_reply
 from stream_adapter.stream.context import FlowContext
@@ -45,7 +46,6 @@ from stream_adapter.stream.engine import (
     message_id_of,
 )
 from stream_adapter.stream.outputs import CONTENT_TYPE
-from stream_adapter.tools import Tool
 
 BATCH_BYTES = 512 << 10
 """Record batch size: well under the broker's default 1 MiB message limit."""

@@ -35,10 +35,10 @@ from prometheus_client import (
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from stream_adapter.approvals import instant
-from stream_adapter.connectivity import BrokerStatus
-from stream_adapter.loopwatch import LoopWatch
+from stream_adapter.core.approvals import instant
+from stream_adapter.kafka.connectivity import BrokerStatus
 from stream_adapter.stream.engine import Stall, StuckPartition
+from stream_adapter.stream.loopwatch import LoopWatch
 from stream_adapter.stream.scrape import (
     BrokerCollector,
     LoopCollector,

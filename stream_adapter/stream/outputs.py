@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from stream_adapter.envelope import MAX_ID_CHARS, MAX_RECORD_BYTES
-from stream_adapter.errors import AdapterError
-from stream_adapter.replies import Reply
+from stream_adapter.core.envelope import MAX_ID_CHARS, MAX_RECORD_BYTES
+from stream_adapter.core.errors import AdapterError
+from stream_adapter.core.replies import Reply
 from stream_adapter.stream.engine import Delivery, Headers, Sender, record_size
 from stream_adapter.stream.metrics import Metrics
 

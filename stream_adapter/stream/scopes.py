@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from stream_adapter import logs
-from stream_adapter.errors import BrokerError
+from stream_adapter.core import logs
+from stream_adapter.core.errors import BrokerError
 
 Lookup = Callable[[str], Awaitable[str]]
 

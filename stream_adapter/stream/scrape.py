@@ -25,10 +25,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from stream_adapter.approvals import instant
-from stream_adapter.connectivity import BrokerStatus
-from stream_adapter.loopwatch import LAG_BUCKETS_S, NOT_A_TOOL, LoopWatch
+from stream_adapter.core.approvals import instant
+from stream_adapter.kafka.connectivity import BrokerStatus
 from stream_adapter.stream.engine import Stall, StuckPartition
+from stream_adapter.stream.loopwatch import LAG_BUCKETS_S, NOT_A_TOOL, LoopWatch
 
 __all__ = [
     "BrokerCollector",

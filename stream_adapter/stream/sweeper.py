@@ -17,15 +17,15 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
-from stream_adapter import logs
-from stream_adapter.approvals import (
+from stream_adapter.core import logs
+from stream_adapter.core.approvals import (
     SETTLED_STATES,
     ApprovalRecord,
     ApprovalState,
     expiry_due,
     retention_due,
 )
-from stream_adapter.errors import AdapterError, ToolUsageError
+from stream_adapter.core.errors import AdapterError, ToolUsageError
 from stream_adapter.settings import Settings
 from stream_adapter.stream.calls import SWEEP
 from stream_adapter.stream.outputs import Outputs

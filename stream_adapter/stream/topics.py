@@ -15,11 +15,11 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from stream_adapter import kafka_clients
-from stream_adapter.approvals import ApprovalRecord
-from stream_adapter.envelope import TOPIC_MAX_MESSAGE_BYTES
-from stream_adapter.errors import BrokerError, NotAuthorized, ToolUsageError
-from stream_adapter.ops.topic import consumer, partitions, read_to_end, started
+from stream_adapter.core.approvals import ApprovalRecord
+from stream_adapter.core.envelope import TOPIC_MAX_MESSAGE_BYTES
+from stream_adapter.core.errors import BrokerError, NotAuthorized, ToolUsageError
+from stream_adapter.kafka import clients as kafka_clients
+from stream_adapter.kafka.topic import consumer, partitions, read_to_end, started
 from stream_adapter.settings import Settings
 from stream_adapter.stream.engine.topic_ids import topic_ids
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from stream_adapter import logs
+from stream_adapter.core import logs
 from stream_adapter.stream.engine import Headers
 
 

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from stream_adapter import logs
-from stream_adapter.connectivity import BrokerStatus
+from stream_adapter.core import logs
+from stream_adapter.kafka.connectivity import BrokerStatus
 from stream_adapter.stream.engine import StuckPartition
 from stream_adapter.stream.metrics import Metrics
 

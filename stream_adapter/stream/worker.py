@@ -11,7 +11,7 @@ from stream_adapter.settings import Settings
 def run_worker(settings: Settings, app: Any) -> None:
     """Run app, the topology's (`cli.load_topology` imported it with these settings), until
     SIGTERM or SIGINT; in-flight calls finish before the last commit."""
-    from stream_adapter.logs import configure_logging
+    from stream_adapter.core.logs import configure_logging
     from stream_adapter.stream.engine.worker import run
 
     settings.tables_dir.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level

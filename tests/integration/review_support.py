@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 
 import aiohttp
 
-from stream_adapter.broker.local import free_port
 from stream_adapter.settings import Settings
 from stream_adapter.stream import faults
+from stream_adapter_dev.broker.local import free_port
 from tests.harness import ROOT, Client, CliProcess, WorkerProcess, unique, wait_for
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from stream_adapter.approvals import ApprovalRecord
-from stream_adapter.signing import DecisionKeys
+from stream_adapter.core.approvals import ApprovalRecord
+from stream_adapter.core.signing import DecisionKeys
 from tests.harness import Client, WorkerProcess, bound_signature, dead_letters, read_all, unique
 
 

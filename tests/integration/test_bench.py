@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from stream_adapter.bench.run import BenchConfig, print_table, run_bench, write_outputs
+from stream_adapter_dev.bench.run import BenchConfig, print_table, run_bench, write_outputs
 
 
 async def test_small_bench_runs_every_contender_in_rounds(

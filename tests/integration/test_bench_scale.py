@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from stream_adapter.bench.scale import MAX_WORKERS, print_scale, run_scale, write_scale
+from stream_adapter_dev.bench.scale import MAX_WORKERS, print_scale, run_scale, write_scale
 
 
 async def test_scale_out_measures_each_group_size(kafka_bootstrap: str, tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import orjson
 
-from stream_adapter.bench.state import run_state
-from stream_adapter.bench.state_report import print_state, write_state
+from stream_adapter_dev.bench.state import run_state
+from stream_adapter_dev.bench.state_report import print_state, write_state
 
 RECORDS = 3000
 

@@ -16,9 +16,9 @@ from typing import ClassVar
 
 import pytest
 
-from stream_adapter.broker import local, secure
-from stream_adapter.connectivity import BrokerWatch, probe
+from stream_adapter.kafka.connectivity import BrokerWatch, probe
 from stream_adapter.stream.topics import create_topics
+from stream_adapter_dev.broker import local, secure
 from tests.harness import (
     Client,
     CliProcess,

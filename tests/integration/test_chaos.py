@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from stream_adapter.broker import local
-from stream_adapter.chaos.fuzz import FuzzOptions, run_fuzz
-from stream_adapter.chaos.harness import BrokerControl, chaos_broker_config
-from stream_adapter.chaos.scenario import ChaosOptions, run_chaos
+from stream_adapter_dev.broker import local
+from stream_adapter_dev.chaos.fuzz import FuzzOptions, run_fuzz
+from stream_adapter_dev.chaos.harness import BrokerControl, chaos_broker_config
+from stream_adapter_dev.chaos.scenario import ChaosOptions, run_chaos
 from tests.harness import ROOT
 
 pytestmark = pytest.mark.timeout(600)  # the exactly-once run may take its 480 s

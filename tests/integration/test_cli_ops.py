@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from stream_adapter.commands.exits import ExitCode
-from stream_adapter.ids import derive_ids
+from stream_adapter.core.ids import derive_ids
 from stream_adapter.settings import Settings
 from tests.cli_support import Ran, clean_env, run, run_in_terminal
 from tests.harness import Client, WorkerProcess, dead_letters, read_all, topic_id, unique

@@ -17,12 +17,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from stream_adapter.broker import cluster, local
-from stream_adapter.chaos.cluster_faults import ClusterControl
-from stream_adapter.chaos.scenario import LEADER_KILL, ChaosOptions, run_chaos
 from stream_adapter.commands import ExitCode
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import create_topics
+from stream_adapter_dev.broker import cluster, local
+from stream_adapter_dev.chaos.cluster_faults import ClusterControl
+from stream_adapter_dev.chaos.scenario import LEADER_KILL, ChaosOptions, run_chaos
 from tests.conftest import JARS_DIR
 from tests.harness import Client, WorkerProcess, make_settings, wait_for
 from tests.integration.test_broker_outage import log_lines

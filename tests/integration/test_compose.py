@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from stream_adapter.broker.local import KAFKA_VERSION
 from stream_adapter.settings import ENV_PREFIX, Settings
+from stream_adapter_dev.broker.local import KAFKA_VERSION
 from tests.harness import ROOT
 
 

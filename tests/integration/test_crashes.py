@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from stream_adapter.approvals import ApprovalRecord
+from stream_adapter.core.approvals import ApprovalRecord
 from stream_adapter.stream import faults
 from stream_adapter.stream.topics import approval_requests_topic
 from tests.harness import (

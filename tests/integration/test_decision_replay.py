@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import orjson
 
-from stream_adapter.approvals import ApprovalRecord
+from stream_adapter.core.approvals import ApprovalRecord
+from stream_adapter.core.signing import DecisionKeys
 from stream_adapter.settings import Settings
-from stream_adapter.signing import DecisionKeys
 from tests.harness import (
     Client,
     WorkerProcess,

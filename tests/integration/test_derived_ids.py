@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from stream_adapter.approvals import ApprovalRecord, utc_now
-from stream_adapter.envelope import TOPIC_MAX_MESSAGE_BYTES
-from stream_adapter.ids import derive_ids
+from stream_adapter.core.approvals import ApprovalRecord, utc_now
+from stream_adapter.core.envelope import TOPIC_MAX_MESSAGE_BYTES
+from stream_adapter.core.ids import derive_ids
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import approval_requests_topic, create_topics, describe_topics
 from tests.harness import Client, WorkerProcess, make_settings, read_all, unique

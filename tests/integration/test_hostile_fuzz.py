@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stream_adapter.chaos.harness import BrokerControl
-from stream_adapter.chaos.hostile import HostileOptions, run_hostile
+from stream_adapter_dev.chaos.harness import BrokerControl
+from stream_adapter_dev.chaos.hostile import HostileOptions, run_hostile
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import orjson
 import pytest
 
-from stream_adapter.broker import local
-from stream_adapter.broker.secure import run_tool
+from stream_adapter_dev.broker import local
+from stream_adapter_dev.broker.secure import run_tool
 from tests.conftest import JARS_DIR
 from tests.harness import Client, WorkerProcess, unique
 

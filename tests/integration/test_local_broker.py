@@ -12,8 +12,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 
-from stream_adapter.broker import local
-from stream_adapter.errors import BrokerError
+from stream_adapter.core.errors import BrokerError
+from stream_adapter_dev.broker import local
 from tests.cli_support import run
 from tests.conftest import JARS_DIR
 

@@ -20,10 +20,10 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from stream_adapter.broker.local import free_port
 from stream_adapter.ops.mcp import READY
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import create_topics
+from stream_adapter_dev.broker.local import free_port
 from tests.harness import ROOT, CliProcess, WorkerProcess, make_settings
 from tests.integration.review_support import Api, ReviewProcess, add_reviewer
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from stream_adapter.client import ToolClient
-from stream_adapter.errors import ApprovalDenied, ToolFailed
-from stream_adapter.replies import Reply
+from stream_adapter.core.errors import ApprovalDenied, ToolFailed
+from stream_adapter.core.replies import Reply
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import create_topics
 from tests.harness import Client, WorkerProcess, make_settings
@@ -91,7 +91,7 @@ async def test_an_mcp_tool_error_is_a_tool_failed_without_its_text(tools: ToolCl
 
 
 def test_the_mcp_tools_keep_their_schemas(governed: tuple[Settings, Path]) -> None:
-    from stream_adapter.frameworks import tool_definitions
+    from stream_adapter.core.frameworks import tool_definitions
     from tests.topologies.mcp_source import registry
 
     listed = {d["name"]: d for d in tool_definitions(registry, "mcp")}

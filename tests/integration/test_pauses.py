@@ -22,10 +22,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from stream_adapter.approvals import ApprovalRecord, Resolution
+from stream_adapter.core.approvals import ApprovalRecord, Resolution
+from stream_adapter.core.signing import DecisionKeys
 from stream_adapter.review.decide import decision_message
 from stream_adapter.settings import Settings
-from stream_adapter.signing import DecisionKeys
+from stream_adapter_dev.chaos.running import TOPOLOGY
 from tests.harness import Client, WorkerProcess, dead_letters, latest_record, unique, wait_for
 from tests.integration.review_support import cli
 
@@ -88,6 +89,7 @@ async def test_a_paused_worker_cannot_settle_an_approval_it_no_longer_owns(
     env = {
         "STREAM_ADAPTER_PROCESSING_GUARANTEE": guarantee,
         "STREAM_ADAPTER_SESSION_TIMEOUT_S": str(SESSION_TIMEOUT_S),
+        "STREAM_ADAPTER_TOPOLOGY": TOPOLOGY,
         "STREAM_ADAPTER_DEMO_TOOL_LATENCY_S": str(LATENCY_S),
         "STREAM_ADAPTER_DEMO_RUNS": str(journal),
     }
@@ -194,6 +196,7 @@ async def test_a_worker_stopping_during_an_approved_run_still_settles_it(
     journal = tmp_path / "runs.jsonl"
     worker = worker_factory(
         STREAM_ADAPTER_PROCESSING_GUARANTEE=guarantee,
+        STREAM_ADAPTER_TOPOLOGY=TOPOLOGY,
         STREAM_ADAPTER_DEMO_TOOL_LATENCY_S="2",
         STREAM_ADAPTER_DEMO_RUNS=str(journal),
     )

@@ -4,7 +4,7 @@ decided approval makes room again."""
 
 from __future__ import annotations
 
-from stream_adapter.approvals import ApprovalRecord
+from stream_adapter.core.approvals import ApprovalRecord
 from tests.harness import Client, WorkerProcess, dead_letters, read_all, unique
 
 CAP = 3

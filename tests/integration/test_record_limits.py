@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from stream_adapter.executor import MAX_RESULT_BYTES
+from stream_adapter.core.executor import MAX_RESULT_BYTES
 from stream_adapter.settings import Settings
 from tests.harness import Client, WorkerProcess, unique, wait_lag_zero
 

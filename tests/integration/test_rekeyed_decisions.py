@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from stream_adapter.approvals import ApprovalRecord
+from stream_adapter.core.approvals import ApprovalRecord
 from stream_adapter.stream.topics import create_topics
 from tests.harness import (
     Client,

@@ -10,8 +10,8 @@ import aiohttp
 import orjson
 import pytest
 
+from stream_adapter.core.signing import KEY_ID_HEADER, SIGNATURE_HEADER
 from stream_adapter.settings import Settings
-from stream_adapter.signing import KEY_ID_HEADER, SIGNATURE_HEADER
 from tests.harness import Client, WorkerProcess, dead_letters, read_all, unique
 from tests.integration.review_support import (
     Api,

@@ -20,9 +20,9 @@ from urllib.parse import quote
 import orjson
 import pytest
 
-from stream_adapter.approvals import fingerprint
+from stream_adapter.core.approvals import fingerprint
+from stream_adapter.core.signing import DecisionKeys
 from stream_adapter.settings import Settings
-from stream_adapter.signing import DecisionKeys
 from tests.harness import Client, WorkerProcess, latest_record, read_all, unique, wait_for
 from tests.integration.review_support import (
     ReviewProcess,

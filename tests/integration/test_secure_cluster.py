@@ -26,14 +26,14 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from stream_adapter import kafka_clients
-from stream_adapter.broker import secure
 from stream_adapter.client import ToolClient
 from stream_adapter.commands import ExitCode
-from stream_adapter.errors import NotAuthorized
+from stream_adapter.core.errors import NotAuthorized
+from stream_adapter.kafka import clients as kafka_clients
 from stream_adapter.ops.acls import Acl
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import topic_specs
+from stream_adapter_dev.broker import secure
 from tests.harness import (
     ROOT,
     Client,

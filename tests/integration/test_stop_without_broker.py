@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stream_adapter.broker import local
 from stream_adapter.stream.topics import create_topics
+from stream_adapter_dev.broker import local
 from tests.harness import WorkerProcess, make_settings
 
 STOP_S = 20.0

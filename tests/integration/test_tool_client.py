@@ -12,10 +12,10 @@ import pytest
 
 from stream_adapter.client import ReplyTimeout, SentCall, SyncToolClient, ToolClient
 from stream_adapter.client.tool_client import READ_MAX_WAIT_MS
-from stream_adapter.errors import ApprovalDenied, ToolFailed, ToolNotFound, ToolUsageError
-from stream_adapter.ids import derive_ids
-from stream_adapter.partitions import partition_for
-from stream_adapter.replies import Reply
+from stream_adapter.core.errors import ApprovalDenied, ToolFailed, ToolNotFound, ToolUsageError
+from stream_adapter.core.ids import derive_ids
+from stream_adapter.core.replies import Reply
+from stream_adapter.kafka.partitions import partition_for
 from stream_adapter.settings import Settings
 from stream_adapter.stream.topics import create_topics
 from tests.harness import Client, WorkerProcess, make_settings, topic_id, unique, wait_for
@@ -257,7 +257,7 @@ async def test_an_openai_style_tool_loop_gets_a_tool_message_per_call(tools: Too
 async def test_a_missing_replies_topic_is_one_clear_error_before_anything_is_sent(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    from stream_adapter.commands.exits import TopicMissing
+    from stream_adapter.core.errors import TopicMissing
 
     settings = make_settings(kafka_bootstrap, tmp_path)  # its topics were never created
     with pytest.raises(TopicMissing, match="replies"):

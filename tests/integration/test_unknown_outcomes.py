@@ -12,10 +12,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from stream_adapter.approvals import ApprovalRecord, Resolution, utc_now
+from stream_adapter.core.approvals import ApprovalRecord, Resolution, utc_now
+from stream_adapter.core.signing import DecisionKeys
 from stream_adapter.review.decide import decision_message
 from stream_adapter.settings import Settings
-from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream import faults
 from tests.harness import (
     Client,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from stream_adapter.signing import DecisionKeys
+from stream_adapter.core.signing import DecisionKeys
 from tests.harness import Client, WorkerProcess, dead_letters, unique, wait_for
 
 

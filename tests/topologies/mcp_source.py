@@ -6,7 +6,7 @@ import os
 import sys
 
 from stream_adapter import Executor, MemoryApprovalStore, ToolRegistry
-from stream_adapter.mcp_tools import include_mcp_server
+from stream_adapter.core.mcp_tools import include_mcp_server
 from stream_adapter.settings import Settings
 from stream_adapter.stream.app import build_app
 

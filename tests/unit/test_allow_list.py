@@ -135,8 +135,8 @@ def test_a_topologys_tools_list_refuses_a_bare_string() -> None:
     """`stream-adapter tools` reads a topology's TOOLS: a str is a configuration error."""
     from types import ModuleType
 
-    from stream_adapter.commands.exits import ConfigError
     from stream_adapter.commands.tools import topology_tools
+    from stream_adapter.core.errors import ConfigError
 
     module = ModuleType("bare_topology")
     module.registry = Deletes().registry  # type: ignore[attr-defined]
@@ -149,8 +149,8 @@ def test_a_topologys_tools_list_refuses_a_bare_string() -> None:
 
 @pytest.mark.parametrize("tools", BARE, ids=type)
 def test_build_backend_and_the_http_server_refuse_a_bare_string(tools: Any, tmp_path: Path) -> None:
-    from stream_adapter.backend import build_backend
-    from stream_adapter.http.app import create_app
+    from stream_adapter.hosts.backend import build_backend
+    from stream_adapter.hosts.http.app import create_app
 
     deletes = Deletes()
     with pytest.raises(TypeError):

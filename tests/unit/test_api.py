@@ -184,13 +184,71 @@ def test_the_settings_import_nothing_that_imports_them_back() -> None:
     assert {module: chain for module, chain in cycles.items() if chain} == {}
 
 
-def test_approvals_still_names_the_retention_default_and_the_stores() -> None:
-    """docs/core.md: the stores are importable from `approvals` too."""
-    from stream_adapter import approvals, settings, stores
+def test_approvals_still_names_the_retention_default_and_the_package_the_stores() -> None:
+    """docs/core.md: the stores are importable from the package (`approvals` holds the state
+    machine, not the stores)."""
+    import stream_adapter
+    from stream_adapter import settings
+    from stream_adapter.core import approvals
+    from stream_adapter.hosts import stores
 
     assert approvals.DEFAULT_SETTLED_RETENTION_S == 14 * 86400.0
     assert settings.Settings.model_fields["settled_retention_s"].default == (
         approvals.DEFAULT_SETTLED_RETENTION_S
     )
-    assert approvals.MemoryApprovalStore is stores.MemoryApprovalStore
-    assert approvals.SQLiteApprovalStore is stores.SQLiteApprovalStore
+    assert stream_adapter.MemoryApprovalStore is stores.MemoryApprovalStore
+    assert stream_adapter.SQLiteApprovalStore is stores.SQLiteApprovalStore
+    assert not hasattr(approvals, "MemoryApprovalStore")
+
+
+def _import_cycles(edges: set[tuple[str, str]]) -> list[list[str]]:
+    """The cycles of a directed graph (one per back edge a depth-first walk meets)."""
+    graph: dict[str, set[str]] = {}
+    for importer, imported in edges:
+        graph.setdefault(importer, set()).add(imported)
+    found: list[list[str]] = []
+    state: dict[str, int] = {}
+
+    def walk(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                found.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                walk(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node, [node])
+    return found
+
+
+def test_the_import_map_has_no_cycle_between_modules_or_between_layers() -> None:
+    """Modules import one another without a cycle, and so do the package's layers (core/,
+    hosts/, kafka/, client/, mcp/, stream/, review/, ops/, commands/, settings, cli)."""
+    graph = grimp.build_graph("stream_adapter")
+
+    def layer(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    modules: set[tuple[str, str]] = set()
+    layers: set[tuple[str, str]] = set()
+    for importer in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(importer):
+            if not imported.startswith("stream_adapter.") or not importer.startswith(
+                "stream_adapter."
+            ):
+                continue  # the package's own __init__ re-exports every layer's names
+            modules.add((importer, imported))
+            if layer(importer) != layer(imported):
+                layers.add((layer(importer), layer(imported)))
+    assert ("stream_adapter.ops", "stream_adapter.core") in layers  # the map is not empty
+    assert _import_cycles(layers) == []
+    assert _import_cycles(modules) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _import_cycles({("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}) == [
+        ["a", "b", "c", "a"]
+    ]

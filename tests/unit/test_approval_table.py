@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from stream_adapter.approvals import new_record
-from stream_adapter.envelope import Envelope
+from stream_adapter.core.approvals import new_record
+from stream_adapter.core.envelope import Envelope
 from stream_adapter.stream.approvals import ApprovalTable
 from stream_adapter.stream.engine import DurableTable
 from stream_adapter.stream.engine.commits.transactions import TransactionGuard

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stream_adapter import ApprovalRecord, ApprovalState, ToolUsageError, parse_decision
-from stream_adapter.approvals import (
+from stream_adapter.core.approvals import (
     Decision,
     Step,
     apply_decision,
@@ -21,9 +21,9 @@ from stream_adapter.approvals import (
     next_step,
     settled_reply,
 )
-from stream_adapter.envelope import parse_envelope
-from stream_adapter.errors import ApprovalConflict, ApprovalDenied
-from stream_adapter.ids import approval_id_for
+from stream_adapter.core.envelope import parse_envelope
+from stream_adapter.core.errors import ApprovalConflict, ApprovalDenied
+from stream_adapter.core.ids import approval_id_for
 
 
 def record() -> ApprovalRecord:
@@ -126,7 +126,7 @@ def test_decisions_fail_only_with_usage_errors(value: bytes) -> None:
 def test_one_reading_of_times_for_records_decisions_and_stores() -> None:
     from datetime import UTC, datetime
 
-    from stream_adapter.approvals import Decision, instant
+    from stream_adapter.core.approvals import Decision, instant
 
     at = datetime(2024, 1, 1, 0, 5, tzinfo=UTC)
     assert instant("2024-01-01T00:05:00.000Z") == at

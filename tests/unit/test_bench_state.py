@@ -6,12 +6,12 @@ from pathlib import Path
 
 import orjson
 
-from stream_adapter.approvals import ApprovalRecord, new_record
-from stream_adapter.bench.state import TOOL, _key_per_partition, parked, record_template
-from stream_adapter.envelope import Envelope
-from stream_adapter.ids import kafka_message_id
-from stream_adapter.partitions import partition_for
+from stream_adapter.core.approvals import ApprovalRecord, new_record
+from stream_adapter.core.envelope import Envelope
+from stream_adapter.core.ids import kafka_message_id
+from stream_adapter.kafka.partitions import partition_for
 from stream_adapter.settings import Settings
+from stream_adapter_dev.bench.state import TOOL, _key_per_partition, parked, record_template
 
 
 def test_a_parked_record_is_what_the_worker_stores(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stream_adapter.bench.measure import Latency, Result
-from stream_adapter.bench.summary import Spread, latency, p99_ratios, ratios, throughput
+from stream_adapter_dev.bench.measure import Latency, Result
+from stream_adapter_dev.bench.summary import Spread, latency, p99_ratios, ratios, throughput
 
 
 def _r(name: str, per_s: float, p99s: tuple[float, ...] = (), ideal: float | None = None) -> Result:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stream_adapter.broker import local
-from stream_adapter.errors import BrokerError
+from stream_adapter.core.errors import BrokerError
+from stream_adapter_dev.broker import local
 
 
 def _blocked_on(path: Path) -> bool:

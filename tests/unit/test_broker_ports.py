@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from stream_adapter.broker import local
+from stream_adapter_dev.broker import local
 
 
 def test_free_ports_avoid_the_ephemeral_range_and_each_other() -> None:

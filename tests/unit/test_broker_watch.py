@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import generate_latest
 
-from stream_adapter.connectivity import BrokerChange, BrokerStatus, BrokerWatch, describe
+from stream_adapter.kafka.connectivity import BrokerChange, BrokerStatus, BrokerWatch, describe
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.web import health_text
 

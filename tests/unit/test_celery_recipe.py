@@ -27,7 +27,7 @@ from celery.result import AsyncResult
 
 from examples.backend import store_from_url
 from stream_adapter import build_backend, record_decision
-from stream_adapter.ids import derive_ids
+from stream_adapter.core.ids import derive_ids
 
 ROOT = Path(__file__).parent.parent.parent
 TASK = "stream_adapter.run_envelope"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stream_adapter.chaos.environment import run_settings
+from stream_adapter_dev.chaos.environment import run_settings
 
 
 def test_each_run_has_its_own_app_id_and_topics(tmp_path: Path) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stream_adapter.chaos.ownership import events_from_log, non_owner_runs, owner_at
-from stream_adapter.chaos.running import ToolRun
-from stream_adapter.chaos.tables import disagreements
+from stream_adapter_dev.chaos.ownership import events_from_log, non_owner_runs, owner_at
+from stream_adapter_dev.chaos.running import ToolRun
+from stream_adapter_dev.chaos.tables import disagreements
 
 TOPIC = "app-decisions"
 LOG = (

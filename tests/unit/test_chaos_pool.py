@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from stream_adapter.broker.local import free_port
-from stream_adapter.chaos.harness import WorkerPool
+from stream_adapter_dev.broker.local import free_port
+from stream_adapter_dev.chaos.harness import WorkerPool
 from tests.harness import make_settings
 
 

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from stream_adapter.broker.local import free_port
-from stream_adapter.chaos.proxy import BlackholeProxy
+from stream_adapter_dev.broker.local import free_port
+from stream_adapter_dev.chaos.proxy import BlackholeProxy
 
 SILENCE_S = 0.5
 """How long an end listens for bytes that must not come (a wait for nothing: a bound, not a

@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
-from stream_adapter.chaos.load import APPROVED, EXPECTED, MIX, CallSpec
-from stream_adapter.chaos.report import (
+from stream_adapter_dev.chaos.load import APPROVED, EXPECTED, MIX, CallSpec
+from stream_adapter_dev.chaos.report import (
     ApprovedTool,
     ChaosFigures,
     DuplicateExample,
@@ -294,7 +294,7 @@ def _changelog_entry(call_id: str, state: str | None, runs: int = 1) -> Any:
 
 
 def test_a_call_is_in_the_dark_without_a_final_reply_unless_its_record_is_unknown() -> None:
-    from stream_adapter.chaos.report import in_the_dark
+    from stream_adapter_dev.chaos.report import in_the_dark
 
     unknown_reply = {"status": "already_done", "outcome": "unknown"}
     changelog = [

@@ -1,4 +1,4 @@
-"""The demo tools' run journal, the evidence a chaos kill landed while an approved tool ran:
+"""The chaos topology's run journal, the evidence a chaos kill landed while an approved tool ran:
 each confirm tool's run writes its start, effect and end with its process id; a real process
 SIGKILLed mid-run leaves a run with no end, before or after its effect as the ledger shows."""
 
@@ -14,16 +14,41 @@ from pathlib import Path
 
 import pytest
 
-from stream_adapter.chaos import running
-from stream_adapter.chaos.report import ledger_counts
-from stream_adapter.chaos.running import RunJournal
+from stream_adapter_dev.chaos import running
+from stream_adapter_dev.chaos.report import ledger_counts
+from stream_adapter_dev.chaos.running import RunJournal
+from stream_adapter_dev.chaos.topology import JOURNALLED, build_executor, registry
 from topologies import demo
-from topologies.demo import build_executor, registry
 
 
-def test_the_journal_s_names_are_the_demo_s() -> None:
-    assert (running.START, running.EFFECT, running.END) == (demo.START, demo.EFFECT, demo.END)
-    assert (running.RUNS_ENV, running.LATENCY_ENV) == (demo.RUNS_ENV, demo.LATENCY_ENV)
+def test_the_chaos_topology_serves_the_demo_s_tools_as_the_demo_describes_them() -> None:
+    assert registry.names() == demo.registry.names()
+    for name in registry.names():
+        ours, theirs = registry.get(name), demo.registry.get(name)
+        assert ours.args_model.model_json_schema() == theirs.args_model.model_json_schema()
+        assert (ours.confirm, ours.idempotent, ours.timeout_s, ours.fn.__doc__) == (
+            theirs.confirm,
+            theirs.idempotent,
+            theirs.timeout_s,
+            theirs.fn.__doc__,
+        )
+    journalled = {n for n in registry.names() if registry.get(n).fn is not demo.registry.get(n).fn}
+    assert journalled == set(JOURNALLED) == {"send_invoice", "wire_funds"}
+
+
+async def test_the_demo_s_own_confirm_tools_keep_no_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal_path, ledger = tmp_path / "runs.jsonl", tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(running.RUNS_ENV, str(journal_path))
+    monkeypatch.setenv(demo.LEDGER_ENV, str(ledger))
+    await demo.build_executor().run_tool(
+        demo.registry.get("wire_funds"),
+        {"account": "a", "amount_cents": 1},
+        run_id="run-1",
+        call_id="call-1",
+    )
+    assert ledger_counts(ledger) == {"call-1": 1} and not journal_path.exists()
 
 
 @pytest.mark.parametrize("tool", ["send_invoice", "wire_funds"])
@@ -31,9 +56,9 @@ async def test_a_run_writes_start_effect_end_around_its_latency(
     tool: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     journal_path, ledger = tmp_path / "runs.jsonl", tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(demo.RUNS_ENV, str(journal_path))
+    monkeypatch.setenv(running.RUNS_ENV, str(journal_path))
     monkeypatch.setenv(demo.LEDGER_ENV, str(ledger))
-    monkeypatch.setenv(demo.LATENCY_ENV, "0.2")
+    monkeypatch.setenv(running.LATENCY_ENV, "0.2")
     arguments = (
         {"customer": "c", "amount_cents": 1}
         if tool == "send_invoice"
@@ -71,7 +96,7 @@ def test_a_partial_last_line_waits_for_its_end(tmp_path: Path) -> None:
 
 _RUN_ONE = """
 import asyncio, sys
-from topologies.demo import build_executor, registry
+from stream_adapter_dev.chaos.topology import build_executor, registry
 
 asyncio.run(build_executor().run_tool(
     registry.get("wire_funds"), {"account": "a", "amount_cents": 1},
@@ -87,9 +112,9 @@ def test_a_process_killed_mid_run_leaves_a_run_cut_off_before_or_after_its_effec
     journal_path, ledger = tmp_path / "runs.jsonl", tmp_path / "ledger.jsonl"
     env = {
         **os.environ,
-        demo.RUNS_ENV: str(journal_path),
+        running.RUNS_ENV: str(journal_path),
         demo.LEDGER_ENV: str(ledger),
-        demo.LATENCY_ENV: "30",
+        running.LATENCY_ENV: "30",
     }
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, "-c", _RUN_ONE, "call-1"], env=env, cwd=root)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from stream_adapter.broker.local import free_port
 from stream_adapter.cli import LAZY
 from stream_adapter.commands.exits import ExitCode
 from stream_adapter.commands.lazy import first_line
-from stream_adapter.commands.progress import live_status
 from stream_adapter.settings import Settings
+from stream_adapter_dev.broker.local import free_port
+from stream_adapter_dev.progress import live_status
 from tests.cli_support import clean_env, run
 from tests.harness import ROOT
 
@@ -193,7 +193,7 @@ def test_help_imports_no_dev_tooling_nor_kafka_clients() -> None:
     assert ran.code == 0
     imported = {m.group(1) for m in re.finditer(r"\|\s+(\S+)$", ran.err, re.MULTILINE)}
     assert "stream_adapter.cli" in imported
-    heavy = ("stream_adapter.bench", "stream_adapter.chaos", "stream_adapter.broker")
+    heavy = ("stream_adapter_dev.bench", "stream_adapter_dev.chaos", "stream_adapter_dev.broker")
     heavy += ("stream_adapter.stream", "aiokafka", "faust", "rich", "matplotlib", "quixstreams")
     assert not {m for m in imported if m.startswith(heavy)}
 

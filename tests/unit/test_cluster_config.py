@@ -6,10 +6,10 @@ import random
 import struct
 from pathlib import Path
 
-from stream_adapter.broker import cluster
-from stream_adapter.chaos.cluster_faults import transactional_id_of
-from stream_adapter.chaos.report import longest_gap
-from stream_adapter.chaos.scenario import (
+from stream_adapter_dev.broker import cluster
+from stream_adapter_dev.chaos.cluster_faults import transactional_id_of
+from stream_adapter_dev.chaos.report import longest_gap
+from stream_adapter_dev.chaos.scenario import (
     BROKER,
     COORDINATOR_KILL,
     KILL,

@@ -6,10 +6,10 @@ import aiokafka.codec
 import pytest
 from click.testing import CliRunner
 
-from stream_adapter import codecs
 from stream_adapter.cli import cli
 from stream_adapter.commands import ExitCode
-from stream_adapter.errors import CodecUnavailable
+from stream_adapter.core.errors import CodecUnavailable
+from stream_adapter.kafka import codecs
 
 
 @pytest.mark.parametrize("codec", codecs.CODECS)

@@ -28,7 +28,7 @@ from stream_adapter import (
     handle_envelope,
     record_decision,
 )
-from stream_adapter.approvals import ApprovalStore
+from stream_adapter.core.approvals import ApprovalStore
 from tests.unit.live_run_worker import registry
 from tests.unit.test_shared_stores import store_url
 

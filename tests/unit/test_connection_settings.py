@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from stream_adapter import kafka_clients
-from stream_adapter.broker import secure
-from stream_adapter.errors import TlsFailed
+from stream_adapter.core.errors import TlsFailed
+from stream_adapter.kafka import clients as kafka_clients
 from stream_adapter.settings import Settings
+from stream_adapter_dev.broker import secure
 
 SECRET = "s3cr3t-never-shown"
 

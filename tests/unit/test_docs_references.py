@@ -19,22 +19,28 @@ from tests.harness import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PACKAGE = ROOT / "stream_adapter"
+DEV_PACKAGE = ROOT / "dev" / "stream_adapter_dev"
 PY_PATH = re.compile(r"(?<![\w/.-])((?:[A-Za-z_]\w*/)+[A-Za-z_]\w*\.py)\b")
 """`stream_adapter/x.py`, `tests/unit/x.py`, and paths inside the package such as
 `stream/engine/consumer.py` or `engine/commits/gate.py`."""
 PACKAGE_PATH = re.compile(r"(?<![\w/.-])(stream_adapter/[\w./-]*[\w/])")
-"""Any path under the package, a folder or a non-Python file too (`stream_adapter/broker/`)."""
-DOTTED = re.compile(r"(?<![\w./-])(stream_adapter(?:\.[A-Za-z_]\w*)+)")
+"""Any path under the package, a folder or a non-Python file too (`stream_adapter/review/`)."""
+DOTTED = re.compile(r"(?<![\w./-])(stream_adapter(?:_dev)?(?:\.[A-Za-z_]\w*)+)")
 NOT_MODULES = {"stream_adapter.run_envelope": ROOT / "examples" / "celery_app.py"}
 """Dotted names that are not Python names, and the file that defines each (a Celery task name)."""
-PACKAGE_FILES = [p.relative_to(ROOT).as_posix() for p in PACKAGE.rglob("*") if p.is_file()]
+PACKAGE_FILES = [
+    p.relative_to(ROOT).as_posix()
+    for p in (*PACKAGE.rglob("*"), *DEV_PACKAGE.rglob("*"))
+    if p.is_file()
+]
+"""The runtime's files and the developer tooling's (`chaos/scenario.py` names the latter's)."""
 
 
 def missing_paths(text: str) -> list[str]:
     """The `.py` and package paths in text that name no file or folder of the repository."""
     out = []
     for path in PY_PATH.findall(text):
-        if (ROOT / path).exists() or (PACKAGE / path).exists():
+        if any((base / path).exists() for base in (ROOT, PACKAGE, DEV_PACKAGE)):
             continue
         if not any(f.endswith("/" + path) for f in PACKAGE_FILES):
             out.append(path)
@@ -173,5 +179,5 @@ def test_every_export_has_its_own_docstring(name: str) -> None:
 
 
 def test_the_docstring_check_finds_undocumented_names() -> None:
-    assert attribute_docstring("stream_adapter.envelope", "MAX_ENVELOPE_BYTES")
-    assert attribute_docstring("stream_adapter.errors", "PROBLEM_TYPE_PREFIX") is None
+    assert attribute_docstring("stream_adapter.core.envelope", "MAX_ENVELOPE_BYTES")
+    assert attribute_docstring("stream_adapter.core.errors", "PROBLEM_TYPE_PREFIX") is None

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from stream_adapter import BrokerError, RecordTooLarge, ToolUsageError
-from stream_adapter.approvals import ApprovalState, Decision, new_record
-from stream_adapter.envelope import parse_envelope
-from stream_adapter.stores.dynamodb import STATE_INDEX, DynamoDBApprovalStore
+from stream_adapter.core.approvals import ApprovalState, Decision, new_record
+from stream_adapter.core.envelope import parse_envelope
+from stream_adapter.hosts.stores.dynamodb import STATE_INDEX, DynamoDBApprovalStore
 
 ROOT = Path(__file__).parent.parent.parent
 
@@ -54,7 +54,7 @@ def test_processes_creating_the_table_at_once_all_succeed(dynamodb_server: str) 
     table = a_table()
     code = (
         "import asyncio, sys\n"
-        "from stream_adapter.stores.dynamodb import DynamoDBApprovalStore\n"
+        "from stream_adapter.hosts.stores.dynamodb import DynamoDBApprovalStore\n"
         "async def main():\n"
         "    store = DynamoDBApprovalStore(sys.argv[1], region_name='eu-west-1',\n"
         "                                  endpoint_url=sys.argv[2])\n"

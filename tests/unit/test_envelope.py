@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from stream_adapter import MAX_ENVELOPE_BYTES, Envelope, ToolUsageError, parse_envelope
-from stream_adapter._json import MAX_DEPTH
-from stream_adapter.ids import derive_ids
+from stream_adapter.core._json import MAX_DEPTH
+from stream_adapter.core.ids import derive_ids
 
 CALL_KEYS = {"tool", "arguments", "run_id", "call_id"}
 

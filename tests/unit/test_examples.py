@@ -13,7 +13,7 @@ import pytest
 from examples import queues, serverless
 from examples.backend import executor
 from stream_adapter import ToolFailed, ToolNotFound, ToolUsageError, record_decision
-from stream_adapter.ids import derive_ids
+from stream_adapter.core.ids import derive_ids
 from tests.fake_queue import FakeQueue
 
 

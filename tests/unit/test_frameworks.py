@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from stream_adapter.errors import ApprovalDenied, ToolFailed, ToolUsageError
-from stream_adapter.frameworks import (
+from stream_adapter.core.errors import ApprovalDenied, ToolFailed, ToolUsageError
+from stream_adapter.core.frameworks import (
     CONFIRM_META,
     envelope_from_tool_call,
     tool_definitions,
     tool_result_message,
 )
-from stream_adapter.replies import (
+from stream_adapter.core.replies import (
     already_done_reply,
     error_reply_body,
     is_final,

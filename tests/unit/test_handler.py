@@ -18,8 +18,8 @@ from stream_adapter import (
     handle_envelope,
     record_decision,
 )
-from stream_adapter.approvals import ApprovalState
-from stream_adapter.ids import derive_ids
+from stream_adapter.core.approvals import ApprovalState
+from stream_adapter.core.ids import derive_ids
 
 REPLY_KEYS = {"status", "tool", "run_id", "call_id"}
 
@@ -227,9 +227,9 @@ async def test_a_record_parked_under_its_legacy_approval_id_answers_its_call(
     ex: Executor, ledger: list[Any]
 ) -> None:
     """Parked before approval ids named their source: the call finds that record again."""
-    from stream_adapter.approvals import new_record
-    from stream_adapter.envelope import parse_envelope
-    from stream_adapter.ids import legacy_approval_id
+    from stream_adapter.core.approvals import new_record
+    from stream_adapter.core.envelope import parse_envelope
+    from stream_adapter.core.ids import legacy_approval_id
 
     call = b'{"tool":"pay","arguments":{"customer":"acme","cents":100},"run_id":"r","call_id":"c"}'
     envelope = parse_envelope(call, message_id="m", source="sqs")

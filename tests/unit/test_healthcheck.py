@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from stream_adapter.broker.local import free_port
 from stream_adapter.review.auth import ReviewersFile, Sessions
 from stream_adapter.review.decide import Decider, DecisionWriter
 from stream_adapter.review.view import ApprovalsView
@@ -20,6 +19,7 @@ from stream_adapter.review.web import ReviewService, build_app
 from stream_adapter.settings import Settings
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.web import metrics_app
+from stream_adapter_dev.broker.local import free_port
 from tests.harness import ROOT
 
 SCRIPT = ROOT / "deploy" / "healthcheck.py"

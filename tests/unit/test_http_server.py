@@ -571,7 +571,7 @@ async def test_mounted_in_fastapi(tmp_path: Path) -> None:
 
 def test_tokens_are_checked_against_the_file_as_it_is_now(tmp_path: Path) -> None:
     """A remembered token stops working as soon as its name is removed or re-issued."""
-    from stream_adapter.http import BearerTokens
+    from stream_adapter.hosts.http import BearerTokens
     from stream_adapter.review.auth import Unauthenticated
 
     file = ReviewersFile(tmp_path / "callers.json")

@@ -16,8 +16,8 @@ from stream_adapter import (
     handle_envelope,
     record_decision,
 )
-from stream_adapter.approvals import MAX_RUNS, ApprovalStore
-from stream_adapter.handler import rerun_after
+from stream_adapter.core.approvals import MAX_RUNS, ApprovalStore
+from stream_adapter.hosts.handler import rerun_after
 
 
 def executor(store: ApprovalStore, runs: list[str], *, idempotent: bool) -> Executor:

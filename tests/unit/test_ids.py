@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_adapter.ids import (
+from stream_adapter.core.ids import (
     _digest,
     approval_id_for,
     derive_call_id,

@@ -12,10 +12,10 @@ from typing import Any
 import orjson
 
 from stream_adapter import MemoryApprovalStore, ToolRegistry
-from stream_adapter.executor import Executor
-from stream_adapter.retries import RetryPolicy
+from stream_adapter.core.executor import Executor
+from stream_adapter.core.retries import RetryPolicy
+from stream_adapter.core.signing import DecisionKeys
 from stream_adapter.settings import Settings
-from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.engine import RecordBatch
 from stream_adapter.stream.inline import InlineCalls

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from stream_adapter.broker.local import free_port
 from stream_adapter.settings import ENV_PREFIX, Settings
 from stream_adapter.stream.metrics import Metrics
 from stream_adapter.stream.web import MetricsServer
+from stream_adapter_dev.broker.local import free_port
 from tests.harness import ROOT
 
 

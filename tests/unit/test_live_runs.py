@@ -14,18 +14,18 @@ import asyncio
 from typing import Any
 
 from stream_adapter import Executor, ToolRegistry
-from stream_adapter.approvals import (
+from stream_adapter.core.approvals import (
     ApprovalRecord,
     ApprovalState,
     Decision,
     apply_decision,
     new_record,
 )
-from stream_adapter.envelope import Envelope
-from stream_adapter.retries import RetryPolicy
+from stream_adapter.core.envelope import Envelope
+from stream_adapter.core.retries import RetryPolicy
+from stream_adapter.core.signing import DecisionKeys
 from stream_adapter.review.decide import decision_message
 from stream_adapter.settings import Settings
-from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.approvals import ApprovalFlow
 from stream_adapter.stream.context import FlowContext
 from stream_adapter.stream.engine import Delivery

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from stream_adapter import Executor, MemoryApprovalStore, ToolRegistry, tool_handler
-from stream_adapter.logs import JSONFormatter, TextFormatter, configure_logging, event
+from stream_adapter.core.logs import JSONFormatter, TextFormatter, configure_logging, event
 from tests.unit.aws_events import sqs_event
 
 FORGED = "no\nCRITICAL stream_adapter forged line"

@@ -20,7 +20,7 @@ from stream_adapter import (
     handle_envelope,
     record_decision,
 )
-from stream_adapter.logs import JSONFormatter, TextFormatter, event
+from stream_adapter.core.logs import JSONFormatter, TextFormatter, event
 
 CANARY = "canary-7f3a9c-s3cr3t"
 

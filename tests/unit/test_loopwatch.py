@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from stream_adapter import Executor, MemoryApprovalStore, ToolRegistry, handle_envelope
-from stream_adapter.loopwatch import LAG_BUCKETS_S, NOT_A_TOOL, LoopWatch, executor_codes
+from stream_adapter.stream.loopwatch import LAG_BUCKETS_S, NOT_A_TOOL, LoopWatch, executor_codes
 from tests.harness import wait_for
 
 HOLD_S = 0.8

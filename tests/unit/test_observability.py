@@ -8,10 +8,10 @@ import orjson
 import pytest
 from prometheus_client import generate_latest
 
-from stream_adapter.ids import derive_ids
+from stream_adapter.core.ids import derive_ids
+from stream_adapter.core.signing import DecisionKeys
 from stream_adapter.ops.dlq import DeadLetter, ReplaySkipped, replay_value
 from stream_adapter.settings import Settings
-from stream_adapter.signing import DecisionKeys
 from stream_adapter.stream.approvals import signature_of
 from stream_adapter.stream.metrics import (
     UNKNOWN_TOOL,

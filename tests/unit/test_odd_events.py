@@ -18,7 +18,7 @@ from stream_adapter import (
     parse_envelope,
     tool_handler,
 )
-from stream_adapter.ids import derive_ids
+from stream_adapter.core.ids import derive_ids
 from tests.unit.aws_events import LambdaContext, eventbridge_event, sqs_event
 
 OK = {"tool": "ok", "arguments": {"n": 1}}

@@ -6,7 +6,7 @@ from aiokafka.partitioner import DefaultPartitioner, murmur2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_adapter import partitions as partitioner
+from stream_adapter.kafka import partitions as partitioner
 
 
 @given(st.binary(max_size=300))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from stream_adapter.approvals import ApprovalRecord, ApprovalState
-from stream_adapter.pending import PendingCounts, TooManyPending
+from stream_adapter.core.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.core.pending import PendingCounts, TooManyPending
 
 
 def raw(n: int, source: str, state: ApprovalState = ApprovalState.PENDING) -> bytes:

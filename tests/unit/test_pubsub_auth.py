@@ -24,8 +24,8 @@ from jwt.algorithms import RSAAlgorithm
 from examples import queues
 from examples.backend import executor
 from stream_adapter import BrokerError
-from stream_adapter.ids import approval_id_for, derive_ids
-from stream_adapter.pubsub import PushVerifier
+from stream_adapter.core.ids import approval_id_for, derive_ids
+from stream_adapter.hosts.pubsub import PushVerifier
 from stream_adapter.review.auth import Forbidden, Unauthenticated
 from tests.services import _free_port
 

@@ -8,11 +8,11 @@ import asyncio
 import pytest
 from aiokafka import errors as kafka_errors
 
-from stream_adapter import kafka_clients
-from stream_adapter.approvals import ApprovalState, begin_run, new_record
-from stream_adapter.envelope import MAX_RECORD_BYTES, TOPIC_MAX_MESSAGE_BYTES, parse_envelope
-from stream_adapter.errors import RecordTooLarge, ToolUsageError
-from stream_adapter.record_limits import STEP_ROOM_BYTES, check_parkable, finish_within
+from stream_adapter.core.approvals import ApprovalState, begin_run, new_record
+from stream_adapter.core.envelope import MAX_RECORD_BYTES, TOPIC_MAX_MESSAGE_BYTES, parse_envelope
+from stream_adapter.core.errors import RecordTooLarge, ToolUsageError
+from stream_adapter.core.record_limits import STEP_ROOM_BYTES, check_parkable, finish_within
+from stream_adapter.kafka import clients as kafka_clients
 from stream_adapter.settings import Settings
 from stream_adapter.stream.engine import Delivery
 from stream_adapter.stream.engine.producer import acked, check_size

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from stream_adapter.approvals import (
+from stream_adapter.core.approvals import (
     SETTLED_STATES,
     ApprovalRecord,
     ApprovalState,
@@ -22,7 +22,7 @@ from stream_adapter.approvals import (
     retention_due,
     settled_at,
 )
-from stream_adapter.errors import ApprovalConflict
+from stream_adapter.core.errors import ApprovalConflict
 from stream_adapter.settings import Settings
 from stream_adapter.stream.sweeper import due_records
 from stream_adapter.stream.topics import TopicState, topic_specs

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stream_adapter.errors import ToolFailed
-from stream_adapter.retries import RetryPolicy, attempt
+from stream_adapter.core.errors import ToolFailed
+from stream_adapter.core.retries import RetryPolicy, attempt
 
 FAST = RetryPolicy(attempts=3, base_s=0.0)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_adapter.errors import ToolUsageError
+from stream_adapter.core.errors import ToolUsageError
 from stream_adapter.review.auth import Forbidden, ReviewersFile, Sessions, Unauthenticated
 
 

@@ -16,8 +16,9 @@ from aiohttp import test_utils, web
 from pydantic import Field
 
 import topologies.demo
-from stream_adapter.approvals import ApprovalRecord, ApprovalState
 from stream_adapter.commands.tools import topology_tools
+from stream_adapter.core.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.core.tools import ToolRegistry
 from stream_adapter.review import listing, pages
 from stream_adapter.review import web as web_routes
 from stream_adapter.review.auth import ReviewersFile, Sessions
@@ -40,7 +41,6 @@ from stream_adapter.review.listing import (
 from stream_adapter.review.view import ApprovalsView, Seen
 from stream_adapter.review.web import ReviewService, build_app
 from stream_adapter.settings import Settings
-from stream_adapter.tools import ToolRegistry
 from topologies.demo import TOOLS
 
 Http = test_utils.TestClient[web.Request, web.Application]

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from aiohttp import test_utils, web
 
-from stream_adapter._json import MAX_DEPTH
-from stream_adapter.approvals import ApprovalRecord, ApprovalState, parse_reviewer_message
+from stream_adapter.core._json import MAX_DEPTH
+from stream_adapter.core.approvals import ApprovalRecord, ApprovalState, parse_reviewer_message
 from stream_adapter.review.auth import ReviewersFile, Sessions
 from stream_adapter.review.decide import Decider, DecisionWriter
 from stream_adapter.review.view import ApprovalsView

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from aiohttp import test_utils, web
 
-from stream_adapter.approvals import ApprovalRecord, ApprovalState
+from stream_adapter.core.approvals import ApprovalRecord, ApprovalState
 from stream_adapter.review.auth import ReviewersFile, Sessions
 from stream_adapter.review.decide import Decider, DecisionWriter
 from stream_adapter.review.view import ApprovalsView

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from stream_adapter import CallContext, ToolRegistry, current_call
-from stream_adapter.errors import AdapterError, ToolFailed, ToolUsageError
-from stream_adapter.executor import WAITED, Executor
+from stream_adapter.core.errors import AdapterError, ToolFailed, ToolUsageError
+from stream_adapter.core.executor import WAITED, Executor
 
 IDS = {"run_id": "run_1", "call_id": "call_1"}
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from stream_adapter import LoopLocal, LoopRunner, RunSync, run_sync
-from stream_adapter.runners import default_runner
+from stream_adapter.core.runners import default_runner
 
 
 async def loop_id() -> int:

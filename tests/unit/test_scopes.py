@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from stream_adapter.errors import BrokerError
+from stream_adapter.core.errors import BrokerError
 from stream_adapter.stream.scopes import Scopes
 
 

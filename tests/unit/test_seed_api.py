@@ -28,7 +28,7 @@ from stream_adapter import (
     run_sync,
     tool_handler,
 )
-from stream_adapter.backend import executor_of
+from stream_adapter.hosts.backend import executor_of
 
 ROOT = Path(__file__).parent.parent.parent
 

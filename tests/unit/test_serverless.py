@@ -22,9 +22,9 @@ from stream_adapter import (
     parse_envelope,
     tool_handler,
 )
-from stream_adapter.approvals import ApprovalState
-from stream_adapter.events import EventKind, event_kind
-from stream_adapter.ids import derive_ids
+from stream_adapter.core.approvals import ApprovalState
+from stream_adapter.core.ids import derive_ids
+from stream_adapter.hosts.events import EventKind, event_kind
 from stream_adapter.settings import Settings
 from stream_adapter.stream.engine import Delivery
 from tests.unit.aws_events import LambdaContext, eventbridge_event, kafka_event, sqs_event

@@ -18,7 +18,7 @@ from stream_adapter import (
     record_decision,
     tool_handler,
 )
-from stream_adapter.approvals import ApprovalState
+from stream_adapter.core.approvals import ApprovalState
 from tests.unit.aws_events import LambdaContext, eventbridge_event, kafka_event, sqs_event
 
 RUN_S = 1.0

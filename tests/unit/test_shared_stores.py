@@ -30,8 +30,8 @@ from stream_adapter import (
     resolve_outcome,
     tool_handler,
 )
-from stream_adapter.approvals import ApprovalRecord, ApprovalStore, new_record
-from stream_adapter.envelope import parse_envelope
+from stream_adapter.core.approvals import ApprovalRecord, ApprovalStore, new_record
+from stream_adapter.core.envelope import parse_envelope
 from tests.unit.aws_events import LambdaContext, sqs_event
 from tests.unit.test_stores import (  # the protocol suite, run again with this module's store
     test_100_concurrent_resumes_run_once,
@@ -216,7 +216,7 @@ async def test_an_unreachable_store_is_a_retryable_broker_error(tmp_path: Path) 
 
 def test_import_stream_adapter_needs_neither_redis_nor_sqlalchemy() -> None:
     code = (
-        "import sys, stream_adapter, stream_adapter.stores; "
+        "import sys, stream_adapter, stream_adapter.hosts.stores; "
         "assert 'redis' not in sys.modules and 'sqlalchemy' not in sys.modules, 'eager'; "
         "assert 'aiobotocore' not in sys.modules, 'eager'; "
         "from stream_adapter import SQLApprovalStore; assert 'sqlalchemy' in sys.modules"

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from stream_adapter.settings import Settings
-from stream_adapter.signing import (
+from stream_adapter.core.signing import (
     KEY_ID_HEADER,
     DecisionKeys,
     SignatureError,
     announce,
     ensure_keys_file,
 )
+from stream_adapter.settings import Settings
 from tests.harness import ROOT
 
 VALUE = b'{"approval_id":"appr_1","approved":true,"reviewer":"ann"}'

@@ -32,7 +32,7 @@ def run_without(blocked: list[str], body: str) -> subprocess.CompletedProcess[st
 
 
 @pytest.mark.parametrize("blocked", [["redis"], ["sqlalchemy"], ["aiobotocore"], list(EXTRAS)])
-@pytest.mark.parametrize("module", ["stream_adapter", "stream_adapter.stores"])
+@pytest.mark.parametrize("module", ["stream_adapter", "stream_adapter.hosts.stores"])
 def test_star_import_without_extras(blocked: list[str], module: str) -> None:
     done = run_without(
         blocked,

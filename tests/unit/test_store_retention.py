@@ -26,7 +26,7 @@ from stream_adapter import (
     handle_envelope,
     record_decision,
 )
-from stream_adapter.approvals import ApprovalState, ApprovalStore
+from stream_adapter.core.approvals import ApprovalState, ApprovalStore
 from tests.harness import wait_for
 from topologies.demo import build_executor
 

@@ -25,7 +25,7 @@ from examples.backend import backend
 from examples.temporal_activities import run_envelope
 from examples.temporal_workflow import ToolCallWorkflow, approval_flow
 from stream_adapter import record_decision
-from stream_adapter.ids import derive_ids
+from stream_adapter.core.ids import derive_ids
 
 ROOT = Path(__file__).parent.parent.parent
 CLI_ENV = "STREAM_ADAPTER_TEMPORAL_CLI"

@@ -21,7 +21,7 @@ from stream_adapter import (
     run_sync,
     tool_handler,
 )
-from stream_adapter.runners import default_runner
+from stream_adapter.core.runners import default_runner
 from tests.unit.aws_events import sqs_event
 
 T = TypeVar("T")

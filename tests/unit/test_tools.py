@@ -23,8 +23,8 @@ from stream_adapter import (
     ToolUsageError,
     current_call,
 )
-from stream_adapter._json import MAX_DEPTH
-from stream_adapter.executor import MAX_RESULT_BYTES
+from stream_adapter.core._json import MAX_DEPTH
+from stream_adapter.core.executor import MAX_RESULT_BYTES
 
 release = threading.Event()
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from stream_adapter import ApprovalState, MemoryApprovalStore, handle_envelope, resolve_outcome
-from stream_adapter.approvals import (
+from stream_adapter.core.approvals import (
     MAX_RUNS,
     ApprovalRecord,
     Decision,
@@ -28,9 +28,9 @@ from stream_adapter.approvals import (
     run_limit_s,
     settled_reply,
 )
-from stream_adapter.backend import Backend
-from stream_adapter.envelope import parse_envelope
-from stream_adapter.errors import ApprovalConflict, ToolUsageError
+from stream_adapter.core.envelope import parse_envelope
+from stream_adapter.core.errors import ApprovalConflict, ToolUsageError
+from stream_adapter.hosts.backend import Backend
 from stream_adapter.stream.metrics import unknown_outcomes
 from tests.unit.test_idempotent_reruns import died_while_running, executor
 

@@ -10,7 +10,7 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBase, DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
 
-from stream_adapter import kafka_clients
+from stream_adapter.kafka import clients as kafka_clients
 from stream_adapter.settings import Settings
 from stream_adapter.stream.engine import BatchSender, compression, patches
 from stream_adapter.stream.engine.connection import faust_connection

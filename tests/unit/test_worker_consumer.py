@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stream_adapter.executor import Executor
+from stream_adapter.core.executor import Executor
+from stream_adapter.core.tools import ToolRegistry
 from stream_adapter.settings import Settings
 from stream_adapter.stream.app import build_app
 from stream_adapter.stream.engine.loop_consumer import FETCH_MAX_WAIT_MS
-from stream_adapter.tools import ToolRegistry
 
 
 def _app(app_id: str, tmp_path: Path) -> tuple[Settings, Any]:

@@ -38,7 +38,7 @@ from aiokafka.errors import (
 )
 from aiokafka.producer.transaction_manager import TransactionState
 
-from stream_adapter import logs
+from stream_adapter.core import logs
 from stream_adapter.stream.engine.records import Headers
 
 STOP_TIMEOUT_S = 10.0

@@ -24,7 +24,7 @@ from faust.types.tuples import ack_lock
 from mode import Service
 from mode.utils.futures import notify
 
-from stream_adapter import logs
+from stream_adapter.core import logs
 from stream_adapter.stream.engine.commits.gate import CommitGate
 from stream_adapter.stream.engine.heartbeats import last_heartbeat
 from stream_adapter.stream.engine.loop_consumer import LoopConsumerThread

@@ -22,10 +22,10 @@ from aiokafka.structs import TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from stream_adapter import kafka_clients
-from stream_adapter.envelope import MAX_RECORD_BYTES
-from stream_adapter.errors import RecordTooLarge
-from stream_adapter.partitions import known_partitions, partition_count, partition_for
+from stream_adapter.core.envelope import MAX_RECORD_BYTES
+from stream_adapter.core.errors import RecordTooLarge
+from stream_adapter.kafka import clients as kafka_clients
+from stream_adapter.kafka.partitions import known_partitions, partition_count, partition_for
 from stream_adapter.stream.engine.commits.gate import current_section
 from stream_adapter.stream.engine.commits.transactions import TransactionFailed, transactional_id
 from stream_adapter.stream.engine.records import Headers, current_delivery

@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from stream_adapter.ids import kafka_message_id
+from stream_adapter.core.ids import kafka_message_id
 
 Headers = list[tuple[str, bytes]]
 """Extra headers for an output record (the trace context when tracing is on)."""

@@ -28,7 +28,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from stream_adapter import logs
+from stream_adapter.core import logs
 
 STABLE_WAIT_S = 30.0
 """Longest recovery waits for an open transaction on the changelog to close."""

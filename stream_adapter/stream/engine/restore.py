@@ -20,7 +20,7 @@ from typing import Any
 
 from rocksdict import WriteBatch
 
-from stream_adapter import logs
+from stream_adapter.core import logs
 
 
 class BulkRestore:

@@ -23,7 +23,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from stream_adapter import logs
+from stream_adapter.core import logs
 from stream_adapter.stream.engine.app import App, make_current
 from stream_adapter.stream.engine.claims import OwnershipLost
 from stream_adapter.stream.engine.commits.gate import OutputSection, current_section

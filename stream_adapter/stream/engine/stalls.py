@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stream_adapter import logs
+from stream_adapter.core import logs
 
 CHECK_EVERY_MAX_S = 5.0
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiokafka.consumer.fetcher import FetchError, FetchResult
 
-from stream_adapter import logs
+from stream_adapter.core import logs
 
 RETRY_S = 60.0
 """How long a stuck partition is left alone before it is fetched again."""

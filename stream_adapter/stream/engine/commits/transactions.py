@@ -22,7 +22,7 @@ from typing import Any
 
 from aiokafka.producer.transaction_manager import TransactionState
 
-from stream_adapter import logs
+from stream_adapter.core import logs
 
 STOP_TIMEOUT_S = 10.0
 
