@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import orjson
-from aiokafka.structs import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from stream_adapter.core.approvals import ApprovalRecord, fingerprint
@@ -28,6 +27,7 @@ from stream_adapter.core.signing import DecisionKeys, new_keys_spec
 from stream_adapter.kafka import clients as kafka_clients
 from stream_adapter.settings import Settings
 from stream_adapter_dev.broker.local import free_port
+from stream_adapter_dev.chaos.observe import group_lag as chaos_group_lag
 from stream_adapter_dev.chaos.observe import read_topic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -395,23 +395,9 @@ async def read_all(where: Settings | str, topic: str, *, timeout_s: float = 10.0
 
 
 async def group_lag(where: Settings | str, group: str, topic: str) -> int:
-    """Sum over topic's partitions of (end offset - committed offset) for group."""
-    settings = connection(where)
-    consumer = await kafka_clients.start(settings, kafka_clients.consumer(settings, group_id=group))
-    try:
-        partitions = consumer.partitions_for_topic(topic) or set()
-        if not partitions:
-            await consumer._client.force_metadata_update()
-            partitions = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in partitions]
-        ends = await consumer.end_offsets(tps)
-        lag = 0
-        for tp in tps:
-            committed = await consumer.committed(tp)
-            lag += ends[tp] - (committed or 0)
-        return lag
-    finally:
-        await consumer.stop()
+    """Sum over topic's partitions of (end offset - committed offset) for group (chaos's
+    `group_lag`), from given settings or a plaintext bootstrap address."""
+    return await chaos_group_lag(connection(where), group, [topic])
 
 
 async def dead_letters(
