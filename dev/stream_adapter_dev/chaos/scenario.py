@@ -383,15 +383,21 @@ class ChaosRun:
         self.worker_kills.append(record)
         return record
 
-    async def _send_own_call(self, tool: str, sender: CallSender) -> None:
+    async def _send_own_call(self, tool: str, sender: CallSender) -> str:
         """One call of tool for a kill-while-running fault, so a run comes even once the mix
-        has all been sent."""
+        has all been sent; its call_id."""
         tag = uuid.uuid4().hex[:12]
         own = CallSpec(
             tool, call_arguments(tool, self.rng, tag), f"run-kill-{tag}", f"call-kill-{tag}"
         )
         self.extra_calls.append(own)
         await sender.send(own.envelope(), key=own.run_id.encode())
+        return own.call_id
+
+    def _ended(self, call_id: str) -> bool:
+        """A run of call_id has ended or was cut off: a fault waiting for it missed its window (a
+        loaded machine can leave the watcher asleep through a whole phase of the latency)."""
+        return any(r.call_id == call_id and (r.ended or r.cut) for r in self.journal.runs.values())
 
     async def _kill_running(
         self, kind: str, tool: str, sender: CallSender
@@ -405,11 +411,13 @@ class ChaosRun:
         after_effect = self.rng.random() < 0.5
         phase = "after its effect" if after_effect else "before its effect"
         deadline = time.monotonic() + self.options.recover_timeout_s
-        await self._send_own_call(tool, sender)
+        own = await self._send_own_call(tool, sender)
         while time.monotonic() < deadline:
             self.journal.refresh()
             live = {w.pid: w for w in self.pool.live() if w.pid is not None}
             runs = [r for r in self.journal.running(live, tool) if r.effect == after_effect]
+            if not runs and self._ended(own):
+                own = await self._send_own_call(tool, sender)
             if runs:  # the newest: the most of its latency still ahead
                 victim = live[runs[0].pid]
                 killed = self._sigkill(victim, kind, tool)
@@ -419,7 +427,7 @@ class ChaosRun:
                 # random one, and the fault tries again on a fresh call once the slot is back.
                 self.worker_kills[-1] = dataclasses.replace(killed, planned_tool=None)
                 await self.pool.start(victim.name)
-                await self._send_own_call(tool, sender)
+                own = await self._send_own_call(tool, sender)
                 continue
             await asyncio.sleep(0.01)
         self.worker_kills.append(WorkerKill(kind, "", tool))
@@ -456,11 +464,13 @@ class ChaosRun:
         after_effect = PHASES[wanted] if wanted else drawn
         phase = "after its effect" if after_effect else "before its effect"
         deadline = time.monotonic() + self.options.recover_timeout_s
-        await self._send_own_call(tool, sender)
+        own = await self._send_own_call(tool, sender)
         while time.monotonic() < deadline:
             self.journal.refresh()
             live = {w.pid: w for w in self.pool.live() if w.pid is not None}
             runs = [r for r in self.journal.running(live, tool) if r.effect == after_effect]
+            if not runs and self._ended(own):
+                own = await self._send_own_call(tool, sender)
             if runs:
                 victim = live[runs[0].pid]
                 await self._cut_off(victim, pause=pause)
