@@ -88,8 +88,25 @@ def added_commands() -> dict[str, Lazy]:
 class Root(LazyGroup):
     """The root group: settings options in sections; any failure as one line and its code."""
 
+    added: dict[str, Lazy] | None = None
+    """The commands other distributions add, once looked up: only for a name the runtime does
+    not know, or the command list, since reading every distribution's entry points costs about
+    as much as the rest of a command's start."""
+
+    def _add_others(self) -> None:
+        if self.added is None:
+            self.added = added_commands()
+            self.lazy.update(self.added)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._add_others()
+        return super().list_commands(ctx)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
+        if command is None and self.added is None:
+            self._add_others()
+            command = super().get_command(ctx, cmd_name)
         if command is None and cmd_name in DEV_TOOLING:
             raise click.UsageError(
                 f"`{cmd_name}` is developer tooling: install stream-adapter-dev "
@@ -130,7 +147,7 @@ def _bootstrap(source: SettingsSource) -> str:
 
 @click.group(
     cls=Root,
-    lazy={**LAZY, **added_commands()},
+    lazy=LAZY,
     prepare=accept_after,
     params=settings_params(),
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},

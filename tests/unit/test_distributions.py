@@ -40,10 +40,33 @@ def test_the_tooling_s_commands_come_through_the_entry_point() -> None:
 def test_without_the_tooling_its_commands_say_how_to_get_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    lazy = {name: c for name, c in cli.cli.lazy.items() if name not in cli.DEV_TOOLING}
-    monkeypatch.setattr(cli.cli, "lazy", lazy)
+    monkeypatch.setattr(cli.cli, "lazy", dict(cli.LAZY))
+    monkeypatch.setattr(cli.cli, "added", {})  # looked up, and nothing found
     result = CliRunner().invoke(cli.cli, ["kafka", "start"])
     assert result.exit_code == 2
     assert "install stream-adapter-dev" in result.output
     listed = cli.cli.list_commands(click.Context(cli.cli))
     assert "worker" in listed and not set(listed) & set(cli.DEV_TOOLING)
+
+
+def test_a_runtime_command_starts_without_reading_every_distribution(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading all entry points costs about as much as the rest of a start: only a name the
+    runtime does not know (or the command list) looks them up."""
+    looked_up: list[bool] = []
+
+    def added() -> dict[str, cli.Lazy]:
+        looked_up.append(True)
+        return {"kafka": cli.Lazy("stream_adapter_dev.kafka:kafka", "A local Kafka.")}
+
+    monkeypatch.setattr(cli, "added_commands", added)
+    monkeypatch.setattr(cli.cli, "lazy", dict(cli.LAZY))
+    monkeypatch.setattr(cli.cli, "added", None)
+    ctx = click.Context(cli.cli)
+    assert cli.cli.get_command(ctx, "topics") is not None
+    assert cli.cli.get_command(ctx, "dlq") is not None
+    assert looked_up == []
+    assert cli.cli.get_command(ctx, "kafka") is not None
+    assert cli.cli.get_command(ctx, "nothing") is None
+    assert looked_up == [True]
