@@ -8,6 +8,7 @@ import tomllib
 import click
 import pytest
 from click.testing import CliRunner
+from packaging.requirements import Requirement
 
 from stream_adapter import cli
 from tests.harness import ROOT
@@ -16,10 +17,7 @@ DEV_ONLY = {"cryptography", "quixstreams", "confluent-kafka", "matplotlib", "pyt
 
 
 def _names(requirements: list[str]) -> set[str]:
-    return {
-        r.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0].strip()
-        for r in requirements
-    }
+    return {Requirement(r).name for r in requirements}
 
 
 def test_the_runtime_depends_on_no_dev_tool_and_the_tooling_brings_its_own() -> None:
