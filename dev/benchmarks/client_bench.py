@@ -11,6 +11,9 @@ calls from call to final reply:
   The `http` client keeps its connection, as a client reading each response to its end does;
   `http-reconnect` is the Python SDK's client as it is: it closes each event stream before
   the end, so its HTTP client drops the connection and opens a new one for the next call.
+- `stdio-floor`, `http-floor`: the same SDK client against `mcp_floor.py`, a bare JSON-RPC
+  responder in front of ToolClient: what the client and its transport cost with no MCP server
+  work at all. The real server's own share is its path's figure less its floor's.
 
 The paths alternate within each round (their order rotating from round to round); the figures
 are the median over rounds of each round's p50, p99 and calls/s.
@@ -49,6 +52,8 @@ from stream_adapter.stream.topics import create_topics
 from stream_adapter_dev.broker.local import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+FLOOR = Path(__file__).with_name("mcp_floor.py")
+MCP = ["stream_adapter", "mcp"]
 Call = Callable[[int], Awaitable[Any]]
 
 
@@ -180,11 +185,12 @@ class McpSession:
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         self.stack = AsyncExitStack()
-        if self.transport == "stdio":
-            params = StdioServerParameters(
-                command=sys.executable, args=["-m", "stream_adapter", "mcp"], env=self.env
-            )
+        if self.transport in ("stdio", "stdio-floor"):
+            args = [str(FLOOR), "stdio"] if self.transport == "stdio-floor" else ["-m", *MCP]
+            params = StdioServerParameters(command=sys.executable, args=args, env=self.env)
             read, write = await self.stack.enter_async_context(stdio_client(params))
+        elif self.transport == "http-floor":
+            read, write = await self._floor_http()
         else:
             read, write = await self._http()
         self.session = await self.stack.enter_async_context(ClientSession(read, write))
@@ -214,6 +220,21 @@ class McpSession:
         url = f"http://127.0.0.1:{port}/mcp"
         return await self.stack.enter_async_context(streamable_http_client(url, http_client=http))
 
+    async def _floor_http(self) -> Any:
+        from mcp.client.streamable_http import streamable_http_client
+
+        port = free_port()
+        log = self.workdir / f"mcp-floor-{port}.log"
+        argv = [sys.executable, str(FLOOR), "http", "--port", str(port)]
+        self.process = spawn(argv, self.env, log, module=False)
+        self.stack.callback(self.process.kill)
+        await wait_for_line(log, "mcp floor listening", self.process)
+        timeout = httpx2.Timeout(30, read=300)
+        http = httpx2.AsyncClient(timeout=timeout, transport=KeepAlive())
+        await self.stack.enter_async_context(http)
+        url = f"http://127.0.0.1:{port}/mcp"
+        return await self.stack.enter_async_context(streamable_http_client(url, http_client=http))
+
     async def call(self, n: int) -> Any:
         result = await self.session.call_tool("echo", {"n": n})
         assert not result.is_error, result
@@ -223,11 +244,13 @@ class McpSession:
         await self.stack.aclose()
 
 
-def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """`stream-adapter ARGS` in the background, its output to log."""
+def spawn(
+    args: list[str], env: dict[str, str], log: Path, *, module: bool = True
+) -> subprocess.Popen[bytes]:
+    """`stream-adapter ARGS` (or, not module, the command ARGS) in the background, output to log."""
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "stream_adapter", *args],
+            [sys.executable, "-m", "stream_adapter", *args] if module else args,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -360,6 +383,18 @@ def report(
             f"{name.removeprefix('1-by-1 ')} p50 over the client: "
             f"{statistics.median(overs):+.2f} ms [{min(overs):+.2f} to {max(overs):+.2f}]"
         )
+    for name, rounds in per_round.items():
+        floor = per_round.get(f"{name}-floor")
+        if floor is None:
+            continue
+        shares = [
+            percentile(mine, 0.5) - percentile(theirs, 0.5)
+            for (mine, _), (theirs, _) in zip(rounds, floor, strict=True)
+        ]
+        print(
+            f"{name.removeprefix('1-by-1 ')} p50 over its floor (the server's own share): "
+            f"{statistics.median(shares):+.2f} ms [{min(shares):+.2f} to {max(shares):+.2f}]"
+        )
 
 
 if __name__ == "__main__":
@@ -371,7 +406,9 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=200, help="calls per path per round")
     parser.add_argument("--concurrency", default="1,10,100")
     parser.add_argument(
-        "--mcp", default="stdio,http", help="MCP paths: stdio,http,http-reconnect ('' none)"
+        "--mcp",
+        default="stdio,http",
+        help="MCP paths: stdio,http,http-reconnect,stdio-floor,http-floor ('' none)",
     )
     parser.add_argument("--mcp-calls", type=int, default=100)
     parser.add_argument(
