@@ -63,7 +63,7 @@ async def test_bench_takes_broker_shows_its_steps_and_ends_with_a_summary(
 ) -> None:
     out = tmp_path / "bench"
     args = ("--calls", "200", "--partitions", "2", "--out", str(out), "--paced-s", "1")
-    args += ("--paced-fraction", "0.5", "--warm-paced-s", "0.5")
+    args += ("--paced-fraction", "0.5", "--warm-paced-s", "0.5", "--settle-s", "0", "--rounds", "1")
     args += ("--skip", "baseline", "--skip", "eos", "--skip", "quix", "--skip", "sleep")
     args += ("--skip", "librdkafka-loop")
     ran = await asyncio.to_thread(
