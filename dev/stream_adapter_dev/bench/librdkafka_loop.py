@@ -3,14 +3,12 @@
 Consume a batch, parse each envelope, produce its reply (compressed as COMPRESSION says, lz4
 by default, which librdkafka writes in LZ4's fast mode as the worker does), flush, then
 commit: at least once, with none of the worker's features. confluent-kafka comes with the
-bench extra (`pip install 'stream-adapter[bench]'`); without it this contender says so and
-exits, and `--skip librdkafka-loop` leaves it out.
+developer tooling (stream-adapter-dev); `--skip librdkafka-loop` leaves this contender out.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 import orjson
@@ -56,18 +54,13 @@ def take(consumer: Any) -> list[Any]:
 
 
 def run(bootstrap: str, calls: str, replies: str, group: str) -> None:
-    try:
-        from confluent_kafka import (  # type: ignore[import-untyped]
-            Consumer,
-            KafkaError,
-            KafkaException,
-            Producer,
-        )
-    except ImportError:
-        sys.exit(
-            "librdkafka-loop needs confluent-kafka: pip install 'stream-adapter[bench]' "
-            "(or leave it out with --skip librdkafka-loop)"
-        )
+    from confluent_kafka import (  # type: ignore[import-untyped]
+        Consumer,
+        KafkaError,
+        KafkaException,
+        Producer,
+    )
+
     consumer_config, producer_config = config(bootstrap, group)
     consumer = Consumer(consumer_config)
     producer = Producer(producer_config)
