@@ -19,7 +19,8 @@ The paths alternate within each round (their order rotating from round to round)
 are the median over rounds of each round's p50, p99 and calls/s.
 
 Run: ``python dev/benchmarks/client_bench.py [--broker 127.0.0.1:9092] [--rounds 5]
-[--calls 200] [--concurrency 1,10,100] [--mcp stdio,http] [--mcp-calls 100]``.
+[--calls 200] [--concurrency 1,10,100] [--mcp stdio,http,stdio-floor,http-floor]
+[--mcp-calls 100]``.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from stream_adapter_dev.broker.local import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOOR = Path(__file__).with_name("mcp_floor.py")
-MCP = ["stream_adapter", "mcp"]
+FLOOR_READY = "mcp floor listening"  # mcp_floor.READY
 Call = Callable[[int], Awaitable[Any]]
 
 
@@ -186,7 +187,8 @@ class McpSession:
 
         self.stack = AsyncExitStack()
         if self.transport in ("stdio", "stdio-floor"):
-            args = [str(FLOOR), "stdio"] if self.transport == "stdio-floor" else ["-m", *MCP]
+            floor = self.transport == "stdio-floor"
+            args = [str(FLOOR), "stdio"] if floor else ["-m", "stream_adapter", "mcp"]
             params = StdioServerParameters(command=sys.executable, args=args, env=self.env)
             read, write = await self.stack.enter_async_context(stdio_client(params))
         elif self.transport == "http-floor":
@@ -228,7 +230,7 @@ class McpSession:
         argv = [sys.executable, str(FLOOR), "http", "--port", str(port)]
         self.process = spawn(argv, self.env, log, module=False)
         self.stack.callback(self.process.kill)
-        await wait_for_line(log, "mcp floor listening", self.process)
+        await wait_for_line(log, FLOOR_READY, self.process)
         timeout = httpx2.Timeout(30, read=300)
         http = httpx2.AsyncClient(timeout=timeout, transport=KeepAlive())
         await self.stack.enter_async_context(http)
@@ -237,7 +239,7 @@ class McpSession:
 
     async def call(self, n: int) -> Any:
         result = await self.session.call_tool("echo", {"n": n})
-        assert not result.is_error, result
+        assert not result.is_error and result.structured_content == {"n": n}, result
         return result
 
     async def __aexit__(self, *exc: object) -> None:
@@ -407,8 +409,8 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", default="1,10,100")
     parser.add_argument(
         "--mcp",
-        default="stdio,http",
-        help="MCP paths: stdio,http,http-reconnect,stdio-floor,http-floor ('' none)",
+        default="stdio,http,stdio-floor,http-floor",
+        help="MCP paths of stdio,http,http-reconnect,stdio-floor,http-floor ('' none)",
     )
     parser.add_argument("--mcp-calls", type=int, default=100)
     parser.add_argument(
