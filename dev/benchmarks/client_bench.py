@@ -374,29 +374,24 @@ def report(
         rate = summary(rounds)[2]
         p50, p99 = spread(rounds, 0.5), spread(rounds, 0.99)
         print(f"{name:<22}{1:>12}{p50:>22}{p99:>24}{rate:>10.0f}")
-    for name, rounds in per_round.items():
-        if name == "1-by-1 client":
-            continue
-        overs = [
-            percentile(mine, 0.5) - percentile(theirs, 0.5)
-            for (mine, _), (theirs, _) in zip(rounds, base, strict=True)
-        ]
-        print(
-            f"{name.removeprefix('1-by-1 ')} p50 over the client: "
-            f"{statistics.median(overs):+.2f} ms [{min(overs):+.2f} to {max(overs):+.2f}]"
-        )
-    for name, rounds in per_round.items():
-        floor = per_round.get(f"{name}-floor")
-        if floor is None:
-            continue
-        shares = [
-            percentile(mine, 0.5) - percentile(theirs, 0.5)
-            for (mine, _), (theirs, _) in zip(rounds, floor, strict=True)
-        ]
-        print(
-            f"{name.removeprefix('1-by-1 ')} p50 over its floor (the server's own share): "
-            f"{statistics.median(shares):+.2f} ms [{min(shares):+.2f} to {max(shares):+.2f}]"
-        )
+    paths = {name.removeprefix("1-by-1 "): rounds for name, rounds in per_round.items()}
+    for path, rounds in paths.items():
+        if path != "client":
+            print(f"{path} p50 over the client: {p50_over(rounds, base)}")
+    for path, rounds in paths.items():
+        if (floor := paths.get(f"{path}-floor")) is not None:
+            print(f"{path} p50 over its floor (the server's own share): {p50_over(rounds, floor)}")
+
+
+def p50_over(
+    rounds: list[tuple[list[float], float]], others: list[tuple[list[float], float]]
+) -> str:
+    """How much higher rounds' p50 is than others' in the same round: median [min to max]."""
+    overs = [
+        percentile(mine, 0.5) - percentile(theirs, 0.5)
+        for (mine, _), (theirs, _) in zip(rounds, others, strict=True)
+    ]
+    return f"{statistics.median(overs):+.2f} ms [{min(overs):+.2f} to {max(overs):+.2f}]"
 
 
 if __name__ == "__main__":
