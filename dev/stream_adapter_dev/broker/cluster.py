@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
+from aiokafka.protocol.metadata import MetadataRequest
 
 from stream_adapter.core.errors import BrokerError
 from stream_adapter_dev.broker import local
@@ -270,11 +272,32 @@ async def _registered(bootstrap: str) -> list[int]:
     return [int(b["node_id"]) for b in cluster["brokers"]]
 
 
+async def _registered_everywhere(bootstrap: str) -> list[list[int]]:
+    """Each broker's own view of the registered brokers: each node answers metadata from its
+    own copy, which can lag the others' for a moment after a start."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    with _quiet_aiokafka():
+        try:
+            await client.bootstrap()
+            views = []
+            for node in client.cluster.brokers():
+                response = await client.send(node.nodeId, MetadataRequest([]))
+                views.append([int(b["node_id"]) for b in response.to_object()["brokers"]])
+        except Exception:
+            return []
+        finally:
+            await client.close()
+    return views
+
+
 async def wait_registered(config: ClusterConfig, *, timeout_s: float) -> bool:
-    """Wait until the cluster's metadata lists every node as a broker."""
+    """Wait until every node's metadata lists every node as a broker, so no client, whichever
+    node it asks, sees the cluster short of one."""
     deadline = time.monotonic() + timeout_s
+    whole = sorted(config.node_ids)
     while time.monotonic() < deadline:
-        if len(await _registered(config.bootstrap)) == len(config.ports):
+        views = await _registered_everywhere(config.bootstrap)
+        if len(views) == len(whole) and all(sorted(v) == whole for v in views):
             return True
         await asyncio.sleep(_POLL_S)
     return False
