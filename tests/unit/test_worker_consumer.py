@@ -136,3 +136,38 @@ async def test_acks_of_a_revoked_partition_do_not_count_until_it_is_assigned_aga
     assert consumer.ack(message(kept, 9)) is True
     consumer.ack_all([message(other, 4)])  # still someone else's
     assert list(consumer._acked[kept]) == [9] and other not in consumer._acked
+
+
+async def test_partition_work_after_a_seek_back_is_none_until_a_record_is_handed_on(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A seek sets Faust's read offset to the offset sought, so read >= committed no longer
+    means a record was handed on: an idle partition sought back to its commit must not count
+    as work (the stall check reported every such partition as stalled)."""
+    from faust.transport.drivers import aiokafka as faust_aiokafka
+    from faust.types import TP
+
+    settings, app = _app("worker-partition-work", tmp_path)
+    consumer = app.consumer
+    topic = settings.calls_topic
+    calls, fresh = TP(topic, 0), TP(topic, 1)
+    monkeypatch.setattr(type(consumer), "assignment", lambda self: {calls, fresh})
+
+    async def no_client_seek(self: Any, tp: Any, offset: int) -> None:
+        return None
+
+    monkeypatch.setattr(faust_aiokafka.Consumer, "_seek", no_client_seek)
+
+    def work() -> dict[Any, bool]:
+        return {tp: has for tp, _, has in consumer.partition_work(frozenset({topic}))}
+
+    consumer._committed_offset[calls] = 7
+    await consumer.seek(calls, 7)  # back to the commit: nothing handed on past it
+    assert consumer._read_offset[calls] == 7
+    assert work() == {calls: False, fresh: False}
+    await consumer.seek(calls, 9)  # fetched again from 9: 7 and 8 were handed on
+    assert work()[calls] is True
+    consumer._committed_offset[calls] = 9  # and committed since
+    assert work()[calls] is False
+    await consumer.seek(fresh, 3)  # never committed: 0..2 were handed on
+    assert work()[fresh] is True

@@ -503,7 +503,9 @@ class FastConsumer(faust_aiokafka.Consumer):
         """(tp, committed offset, has work) of each assigned partition of topics.
 
         Work: records fetched and not yet handed on (position below the highwater), or
-        handed on and not yet committed (the last one read at or past the committed offset).
+        handed on and not yet committed (the next expected record past the committed offset).
+        Faust's read offset cannot tell the second: a seek sets it to the offset sought, so
+        after a seek back to the committed offset an idle partition looked busy forever.
         """
         consumer = getattr(self._thread, "_consumer", None)
         assignment = getattr(getattr(consumer, "_subscription", None), "subscription", None)
@@ -513,8 +515,8 @@ class FastConsumer(faust_aiokafka.Consumer):
             if tp.topic not in topics:
                 continue
             committed = self._committed_offset.get(tp)
-            read = self._read_offset.get(tp)
-            handed_on = read is not None and (committed is None or read >= committed)
+            expected = self._expected.get(tp)  # one past the last handed on, or a seek's offset
+            handed_on = expected is not None and expected > (committed or 0)
             fetched = False
             if states is not None:
                 state = states.state_value(TopicPartition(tp.topic, tp.partition))
