@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import json
 import math
+import pickle
 from typing import Any
 
 import orjson
@@ -344,3 +347,29 @@ def test_any_duplicated_key_is_refused(
     inner = ",".join(p for p in (pair(first), body, pair(second)) if p)
     with pytest.raises(ToolUsageError):
         parse_envelope('{"tool":"t","arguments":{' + inner + "}}")
+
+
+def test_parsed_envelope_is_a_whole_frozen_envelope() -> None:
+    """parse_envelope builds its Envelope past __init__: the result must still be one in
+    every way a caller can tell (type, equality, frozen, replace, copy, pickle)."""
+    parsed = parse_envelope(b'{"tool":"echo","arguments":{"a":1}}', message_id="t:0:7")
+    built = Envelope(
+        parsed.tool,
+        parsed.arguments,
+        parsed.run_id,
+        parsed.call_id,
+        None,
+        "t:0:7",
+        "",
+    )
+    assert type(parsed) is Envelope
+    assert parsed == built and built == parsed
+    assert parsed != tuple(getattr(built, f.name) for f in dataclasses.fields(built))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parsed.tool = "other"  # type: ignore[misc]
+    changed = dataclasses.replace(parsed, tool="other")
+    assert type(changed) is Envelope and changed.tool == "other" and changed.run_id == parsed.run_id
+    assert copy.copy(parsed) == parsed
+    assert pickle.loads(pickle.dumps(parsed)) == parsed
+    resume = parse_envelope(b'{"approval_id":"appr_1"}', message_id="t:0:8")
+    assert type(resume) is Envelope and resume.is_resume
