@@ -185,3 +185,79 @@ async def test_exactly_once_a_write_outside_the_transaction_reaches_the_store_on
     outputs.acked.set()
     await writing
     assert faust_table.data == {record.approval_id.encode(): record.to_bytes()}
+
+
+class _OrderedStore(dict[bytes, bytes]):
+    """A local store that records the order of its writes: records, and the changelog offset
+    its restore would start after (as Faust's RocksDB store keeps it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[str, Any]] = []
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.writes.append(("record", key))
+        super().__setitem__(key, value)
+
+    def set_persisted_offset(self, tp: Any, offset: int) -> None:
+        self.writes.append(("offset", offset))
+
+
+class _Claims:
+    """This worker owns the partition; the claim's write is acked at changelog offset 41."""
+
+    async def claim(self, partition: int) -> Any:
+        async def write(records: Any, *, finishing: bool = False) -> list[Any]:
+            return [SimpleNamespace(offset=41)]
+
+        return SimpleNamespace(write=write)
+
+
+async def test_at_least_once_the_store_takes_a_claimed_record_before_its_offset() -> None:
+    # The offset first, a crash before the record left the store past a record it never
+    # held: its restore started after it, and a redelivered decision found no `running` mark
+    # and ran the call again. The record first, the same crash replays it.
+    store = _OrderedStore()
+    faust_table = _table()
+    faust_table.data = store
+    sender: Any = _AtLeastOnce()
+    claims: Any = _Claims()
+    table = ApprovalTable(DurableTable(faust_table, sender, claims=claims))
+    record = _record()
+    await table.put(record, 0)
+    assert store.writes == [("record", record.approval_id.encode()), ("offset", 41)]
+    assert store[record.approval_id.encode()] == record.to_bytes()
+
+
+async def test_in_rocksdb_a_claimed_record_and_its_offset_are_one_write(tmp_path: Any) -> None:
+    """The worker's own RocksDB store: the record and the offset restore starts after land
+    together, and a delete takes the record out and moves the offset the same way."""
+    from faust.types import TP
+
+    from stream_adapter.core.executor import Executor
+    from stream_adapter.core.tools import ToolRegistry
+    from stream_adapter.settings import Settings
+    from stream_adapter.stream.app import build_app
+
+    settings = Settings.for_app("table-offsets", data_dir=str(tmp_path))
+    app = build_app(settings, Executor(ToolRegistry()))
+    faust_table = app.tables["approvals"]
+    store = faust_table.data
+    assert store.use_rocksdict  # the store the worker runs on
+    sender: Any = _AtLeastOnce()
+    claims: Any = _Claims()
+    table = ApprovalTable(DurableTable(faust_table, sender, claims=claims))
+    record = _record()
+    key = record.approval_id.encode()
+    changelog = TP(faust_table.changelog_topic.get_topic_name(), 0)
+    try:
+        await table.put(record, 0)
+        assert store._db_for_partition(0)[key] == record.to_bytes()
+        assert store.persisted_offset(changelog) == 41
+        assert table.get(record.approval_id) == record
+        await table.delete(record.approval_id, 0)
+        assert key not in store._db_for_partition(0)
+        assert table.get(record.approval_id) is None
+    finally:
+        for db in store._dbs.values():
+            db.close()

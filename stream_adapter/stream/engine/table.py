@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from faust.types import TP
+from rocksdict import WriteBatch
 
 from stream_adapter.stream.engine.claims import Claim, PartitionClaims, Write
 from stream_adapter.stream.engine.commits.transactions import TransactionGuard
@@ -94,7 +95,7 @@ class DurableTable:
                     writes.pop(key, None)
             claim = claim or await self._claims.claim(partition)
             claimed = self._claimed(claim, key, value, partition, finishing)
-            await self._acked(key, value, partition, claimed)
+            await self._acked(key, value, partition, claimed, with_offset=not exactly_once)
             return
         if not exactly_once:
             sent = acked(self._table.send_changelog(partition, key, value), topic)
@@ -114,46 +115,65 @@ class DurableTable:
 
     async def _claimed(
         self, claim: Claim, key: bytes, value: bytes | None, partition: int, finishing: bool
-    ) -> None:
+    ) -> int:
+        """Write through claim; the changelog offset of the record once acknowledged."""
         topic = self._table.changelog_topic.get_topic_name()
         write = claim.write([Write(topic, key, value, partition)], finishing=finishing)
         [written] = await acked(write, topic)
-        store = self._table.data
-        if not self._sender.exactly_once and hasattr(store, "set_persisted_offset"):
-            # As Faust's own changelog send at least once: restore starts after it.
-            store.set_persisted_offset(TP(topic, partition), written.offset)
+        return int(written.offset)
 
     async def _acked(
-        self, key: bytes, value: bytes | None, partition: int, sent: Awaitable[Any]
+        self,
+        key: bytes,
+        value: bytes | None,
+        partition: int,
+        sent: Awaitable[Any],
+        *,
+        with_offset: bool = False,
     ) -> None:
-        """Read value through until its changelog record is acknowledged, then store it."""
+        """Read value through until its changelog record is acknowledged, then store it
+        (with_offset: with the changelog offset sent gives, which restore starts after)."""
         token = object()
         self._unacked[key] = (value, token)
         try:
-            await sent
+            result = await sent
         finally:
             if self._unacked.get(key, (None, None))[1] is token:
                 del self._unacked[key]  # a later write of the key reads through instead
-        self._apply(key, value, partition)
+        self._apply(key, value, partition, offset=result if with_offset else None)
 
     def _committed(self, transactional_id: str) -> None:
         for key, (partition, value) in self._staged.pop(transactional_id, {}).items():
             self._apply(key, value, partition)
 
-    def _apply(self, key: bytes, value: bytes | None, partition: int) -> None:
-        """Write value (None: delete) to the local store."""
+    def _apply(
+        self, key: bytes, value: bytes | None, partition: int, offset: int | None = None
+    ) -> None:
+        """Write value (None: delete) to the local store; with offset, the changelog offset
+        its restore starts after (as Faust's own changelog send at least once), in the same
+        RocksDB write batch. Apart, a crash between the two could leave the offset past a
+        record the store never took: restore skipped it, and a redelivered decision found
+        no `running` mark and ran the call again."""
         store = self._table.data
         if hasattr(store, "_db_for_partition"):
             # Possibly outside any event: Faust's RocksDB store takes the partition from the
             # current event, so write to the partition's database as it would.
-            db = store._db_for_partition(partition)
+            writes = WriteBatch(raw_mode=True)
             if value is None:
                 store._key_index.pop(key, None)
-                db.delete(key)
+                writes.delete(key)
             else:
                 store._key_index[key] = partition
-                db.put(key, value)
-        elif value is None:
+                writes.put(key, value)
+            if offset is not None:
+                writes.put(store.offset_key, str(offset).encode())
+            store._db_for_partition(partition).write(writes)
+            return
+        if value is None:
             store.pop(key, None)
         else:
             store[key] = value
+        if offset is not None and hasattr(store, "set_persisted_offset"):
+            store.set_persisted_offset(
+                TP(self._table.changelog_topic.get_topic_name(), partition), offset
+            )
