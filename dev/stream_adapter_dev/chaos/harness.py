@@ -136,7 +136,8 @@ class Worker:
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "stream_adapter", "worker"],
+                # The worker, set to die with this process (chaos/child.py).
+                [sys.executable, "-m", "stream_adapter_dev.chaos.child", str(os.getpid())],
                 cwd=self.workdir,
                 env=env,
                 stdout=log,
