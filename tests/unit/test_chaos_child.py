@@ -35,6 +35,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_worker_in_its_own_session_dies_when_its_run_is_killed() -> None:
     parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE)
+    child = 0
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
@@ -48,6 +49,8 @@ def test_a_worker_in_its_own_session_dies_when_its_run_is_killed() -> None:
     finally:
         parent.kill()
         parent.wait(10)
+        if child and _alive(child):  # the mechanism failed: leave no sleeper behind
+            os.kill(child, signal.SIGKILL)
 
 
 def test_a_worker_whose_run_is_gone_already_exits_at_once() -> None:
