@@ -59,9 +59,24 @@ class _Sender:
         return 8
 
 
+ROWS = 0
+"""Rows of a small table in the echo's arguments, and so in its result (`--rows`): 0 is the
+bench's echo call; 20 makes a result of about 1.3 KB, as a lookup tool might return."""
+
+
 def _echo_payload(i: int) -> bytes:
     """The bench's echo envelope (stream_adapter_dev.bench.measure.echo_envelope's shape)."""
-    return orjson.dumps({"tool": "echo", "arguments": {"i": i, "text": "x" * 64}})
+    return orjson.dumps({"tool": "echo", "arguments": _arguments(i)})
+
+
+def _arguments(i: int) -> dict[str, Any]:
+    arguments: dict[str, Any] = {"i": i, "text": "x" * 64}
+    if ROWS:
+        arguments["rows"] = [
+            {"id": j, "name": f"customer-{j}", "amount_cents": j * 100, "tags": ["a", "b"]}
+            for j in range(ROWS)
+        ]
+    return arguments
 
 
 def _messages(n: int) -> list[Any]:
@@ -128,7 +143,7 @@ def stages(ctx: FlowContext, lane: InlineCalls, calls: int) -> dict[str, Stage]:
     ids = [kafka_message_id(TOPIC, 0, i) for i in range(calls)]
     pairs = list(zip(payloads, ids, strict=True))
     envelopes = [parse_envelope(p, message_id=m, scope=SCOPE) for p, m in pairs]
-    results = [{"i": i, "text": "x" * 64} for i in range(calls)]
+    results = [_arguments(i) for i in range(calls)]
 
     def take() -> float:
         messages = _messages(calls)
@@ -191,5 +206,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rows", type=int, default=ROWS, help="rows in each result")
     args = parser.parse_args()
+    ROWS = args.rows
     asyncio.run(main(args.calls, args.rounds))

@@ -130,6 +130,15 @@ class Executor:
         Returns WAITED (the coroutine closed, nothing run to its end) if the tool suspended
         after all; raises what run_tool raises.
         """
+        ran = self.run_now_encoded(tool, arguments, run_id=run_id, call_id=call_id)
+        return ran if ran is WAITED else ran[0]
+
+    def run_now_encoded(
+        self, tool: Tool, arguments: Mapping[str, Any], *, run_id: str, call_id: str
+    ) -> tuple[Any, bytes]:
+        """run_now, with the result's JSON as the result check encoded it: a reply can take
+        it as it is (`orjson.Fragment`) instead of encoding the result again. WAITED as
+        run_now."""
         ctx = _new_context(CallContext, (tool.name, run_id, call_id, None))
         kwargs: Mapping[str, Any] = arguments  # unpacking into fn copies it anyway
         if tool.context_param is not None or not tool.takes_anything:
@@ -146,7 +155,8 @@ class Executor:
                 result = done.value
             else:
                 step.close()
-                return WAITED
+                waited: tuple[Any, bytes] = WAITED
+                return waited
         except BaseException as exc:
             error = _call_error(exc, tool, run_id, call_id, None)
             if error is exc:
@@ -154,8 +164,7 @@ class Executor:
             raise error from None
         finally:
             _current.reset(token)
-        _check_result(result, tool, run_id, call_id, None)
-        return result
+        return result, _check_result(result, tool, run_id, call_id, None)
 
     async def _in_thread(
         self, tool: Tool, kwargs: dict[str, Any], gate: Callable[[], None] | None = None
@@ -246,13 +255,14 @@ def _call_error(
 
 def _check_result(
     result: Any, tool: Tool, run_id: str, call_id: str, approval_id: str | None
-) -> None:
-    """ToolFailed (logged) unless result can be a reply's result."""
-    refused = _refused(result)
-    if refused is not None:
+) -> bytes:
+    """result's JSON; ToolFailed (logged) unless result can be a reply's result."""
+    checked = _result_json(result)
+    if type(checked) is str:
         ids = _ids(tool, run_id, call_id, approval_id)
         logs.event(logs.WARNING, "tool result refused", error_kind=ToolFailed.kind, **ids)
-        raise ToolFailed(f"tool {tool.name!r} returned {refused}", **ids)
+        raise ToolFailed(f"tool {tool.name!r} returned {checked}", **ids)
+    return checked  # type: ignore[return-value]
 
 
 _new_context: Callable[[type[CallContext], tuple[str, str, str, str | None]], CallContext]
@@ -263,9 +273,10 @@ built per call, and the NamedTuple's generated Python one costs about twice as m
 _STRICT = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
-def _refused(result: Any) -> str | None:
-    """Why result cannot be a reply's result, or None: it must be JSON (within MAX_DEPTH)
-    that round-trips unchanged, or pass the exact walk, and encode to MAX_RESULT_BYTES at most.
+def _result_json(result: Any) -> bytes | str:
+    """result encoded as JSON, or why it cannot be a reply's result (a str): it must be JSON
+    (within MAX_DEPTH) that round-trips unchanged, or pass the exact walk, and encode to
+    MAX_RESULT_BYTES at most.
 
     The round trip is the fast test, and it gives the size: orjson refuses dataclasses,
     datetimes, sets, bytes, huge integers and non-string keys, and anything it converts
@@ -288,8 +299,6 @@ def _refused(result: Any) -> str | None:
             return f"a non-JSON-safe result: {exc}"
         if encoded is None:
             encoded = orjson.dumps(result)
-    return _too_large(len(encoded))
-
-
-def _too_large(size: int) -> str | None:
-    return f"more than {MAX_RESULT_BYTES} bytes" if size > MAX_RESULT_BYTES else None
+    if len(encoded) > MAX_RESULT_BYTES:
+        return f"more than {MAX_RESULT_BYTES} bytes"
+    return encoded

@@ -7,6 +7,7 @@ import asyncio
 import math
 from typing import Any
 
+import orjson
 import pytest
 
 from stream_adapter import CallContext, ToolRegistry, current_call
@@ -104,3 +105,14 @@ async def test_run_now_and_run_tool_agree() -> None:
             await ex.run_tool(tool, {}, **IDS)
         assert type(now.value) is type(scheduled.value)
         assert str(now.value) == str(scheduled.value)
+
+
+def test_run_now_encoded_gives_the_result_and_its_json() -> None:
+    ex = _executor()
+    arguments = {"x": [1, {"y": None}], "z": "é"}
+    result, encoded = ex.run_now_encoded(ex.registry.get("echo"), arguments, **IDS)
+    assert result == arguments and encoded == orjson.dumps(arguments)
+    assert ex.run_now_encoded(ex.registry.get("add"), {"a": 2, "b": 3}, **IDS) == (5, b"5")
+    assert ex.run_now_encoded(ex.registry.get("waits"), {}, **IDS) is WAITED
+    with pytest.raises(ToolFailed, match="non-JSON-safe"):
+        ex.run_now_encoded(ex.registry.get("nan"), {}, **IDS)
