@@ -258,11 +258,11 @@ def _check_result(
 ) -> bytes:
     """result's JSON; ToolFailed (logged) unless result can be a reply's result."""
     checked = _result_json(result)
-    if type(checked) is str:
+    if isinstance(checked, str):
         ids = _ids(tool, run_id, call_id, approval_id)
         logs.event(logs.WARNING, "tool result refused", error_kind=ToolFailed.kind, **ids)
         raise ToolFailed(f"tool {tool.name!r} returned {checked}", **ids)
-    return checked  # type: ignore[return-value]
+    return checked
 
 
 _new_context: Callable[[type[CallContext], tuple[str, str, str, str | None]], CallContext]

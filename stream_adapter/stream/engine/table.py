@@ -158,6 +158,7 @@ class DurableTable:
         if hasattr(store, "_db_for_partition"):
             # Possibly outside any event: Faust's RocksDB store takes the partition from the
             # current event, so write to the partition's database as it would.
+            db = store._db_for_partition(partition)
             writes = WriteBatch(raw_mode=True)
             if value is None:
                 store._key_index.pop(key, None)
@@ -167,7 +168,7 @@ class DurableTable:
                 writes.put(key, value)
             if offset is not None:
                 writes.put(store.offset_key, str(offset).encode())
-            store._db_for_partition(partition).write(writes)
+            db.write(writes)
             return
         if value is None:
             store.pop(key, None)
