@@ -53,9 +53,11 @@ DRAIN_TIMEOUT_S = 30.0
 """Longest a rebalance or shutdown waits for the broker to ack held replies."""
 MAX_INLINE_REPLY_BYTES = 64 << 10
 """A larger reply takes the scheduled path, so one big reply never fails a whole batch."""
-FRAGMENT_FROM_BYTES = 128
-"""From this size a result's JSON from the result check goes into its reply as it is; below
-it, encoding the result again costs less than wrapping its bytes."""
+FRAGMENT_FROM_BYTES = 512
+"""From this size a result's JSON from the result check goes into its reply as it is. What
+encoding again costs depends on the result's shape (nested objects cost, long strings hardly):
+a 160-byte flat result gains nothing from the wrapping, a 530-byte nested one takes 0.39 of
+the time; from 512 bytes no shape measured lost."""
 TICK_S = 0.001
 """How soon batches kept back at the end of a round are tried again."""
 
