@@ -113,13 +113,6 @@ class _Draft:
     """Envelope's slots, writable: filled by `_envelope`, then made an Envelope."""
 
     __slots__ = Envelope.__slots__
-    tool: str | None
-    arguments: Mapping[str, Any]
-    run_id: str
-    call_id: str
-    approval_id: str | None
-    message_id: str
-    source: str
 
 
 def _envelope(
@@ -133,7 +126,7 @@ def _envelope(
 ) -> Envelope:
     """An Envelope of these fields, built as plain slots and then given its frozen class
     (the two classes have the same slots, so Python allows the switch)."""
-    draft = _Draft()
+    draft: Any = _Draft()  # typed as Any: its slots are Envelope's, named once there
     draft.tool = tool
     draft.arguments = arguments
     draft.run_id = run_id
@@ -141,8 +134,9 @@ def _envelope(
     draft.approval_id = approval_id
     draft.message_id = message_id
     draft.source = source
-    draft.__class__ = Envelope  # type: ignore[assignment]
-    return draft  # type: ignore[return-value]
+    draft.__class__ = Envelope
+    envelope: Envelope = draft
+    return envelope
 
 
 _set_tool = _slot_setter("tool")
